@@ -1,0 +1,32 @@
+# Two commands matter (see README.md):
+#   make demo   - install, migrate, enqueue the demo jobs and show them
+#   make test   - install and run the whole test suite
+# Both use $DATABASE_URL, or start an embedded PostgreSQL (pgserver) when unset.
+# CI picks the interpreter and Django line: make test PYTHON=python3.12 DJANGO='Django>=6.1,<6.2'
+
+PYTHON ?= python3
+DJANGO ?= Django>=5.2,<5.3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell echo '$(DJANGO)' | md5sum | cut -c1-8)
+
+.PHONY: demo test lint clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]' '$(DJANGO)'
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) scripts/with_database.py sh -c '$(PY) testproject/manage.py migrate --verbosity 0 && $(PY) testproject/manage.py demo'
+
+test: $(STAMP)
+	$(PY) scripts/with_database.py $(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+clean:
+	rm -rf .venv .venv-* .pgdata .pytest_cache .hypothesis

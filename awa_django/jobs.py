@@ -1,0 +1,274 @@
+"""``@job``: job definitions, the registry of kinds, and the enqueue front door.
+
+A job is a module-level function wrapped in :class:`Job`.  Calling the
+wrapper still runs the function inline; ``.enqueue()`` validates the call
+and writes it through Django's connection for ``AWA["DATABASE"]`` (or the
+alias given to ``.using(database=...)``), so it commits or rolls back with
+the caller's ``transaction.atomic()`` block.
+
+Validation happens entirely in :meth:`JobCall.prepare` before any SQL runs;
+the storage layer only ever sees a :class:`PreparedJob`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .conf import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, awa_settings
+from .exceptions import InvalidJob
+from .records import EnqueuedJob
+from .payload import (
+    check_kind,
+    check_max_attempts,
+    check_metadata,
+    check_ordering_key,
+    check_priority,
+    check_queue,
+    check_run_at,
+    check_tags,
+    encode_arguments,
+    seconds,
+)
+
+
+@dataclass(frozen=True)
+class PreparedJob:
+    """A validated, serialised job ready to be written (see ``enqueue_many``)."""
+
+    kind: str
+    queue: str
+    priority: int
+    max_attempts: int
+    args_json: str
+    kwargs_json: str
+    metadata_json: str
+    tags: list[str]
+    run_at: dt.datetime | None
+    ordering_key: str | None
+    database: str | None
+
+
+class _Registry:
+    """Job kinds known to this process, filled by ``@job`` at import time."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, Job] = {}
+
+    def add(self, job: Job) -> None:
+        existing = self._jobs.get(job.kind)
+        if existing is not None and existing.qualname != job.qualname:
+            raise InvalidJob(
+                f"job kind {job.kind!r} is already registered by {existing.qualname}; "
+                f"pass kind=... to @job on {job.qualname}"
+            )
+        self._jobs[job.kind] = job
+
+    def get(self, kind: str) -> Job | None:
+        return self._jobs.get(kind)
+
+    def __contains__(self, kind: object) -> bool:
+        return kind in self._jobs
+
+    def __iter__(self):
+        return iter(list(self._jobs.values()))
+
+    def kinds(self) -> list[str]:
+        return sorted(self._jobs)
+
+
+registry = _Registry()
+
+
+_UNSET: Any = object()
+
+
+@dataclass(frozen=True)
+class _Options:
+    queue: str
+    priority: int
+    max_attempts: int
+    run_at: dt.datetime | None = None
+    run_in: float | None = None
+    ordering_key: str | None = None
+    tags: tuple[str, ...] = ()
+    metadata: Mapping[str, Any] | None = None
+    database: str | None = None
+
+
+class JobCall:
+    """A job with per-call options bound by ``.using(...)``."""
+
+    def __init__(self, job: Job, options: _Options) -> None:
+        self.job = job
+        self.options = options
+
+    def using(
+        self,
+        *,
+        queue: str = _UNSET,
+        priority: int = _UNSET,
+        run_at: dt.datetime | None = _UNSET,
+        run_in: float | dt.timedelta | None = _UNSET,
+        max_attempts: int = _UNSET,
+        unique: Any = _UNSET,
+        ordering_key: str | bytes | None = _UNSET,
+        tags: Iterable[str] | None = _UNSET,
+        metadata: Mapping[str, Any] | None = _UNSET,
+        database: str | None = _UNSET,
+    ) -> JobCall:
+        """Return a copy with these options replaced (validated at enqueue)."""
+        if unique is not _UNSET and unique is not None:
+            raise InvalidJob("unique jobs are not supported by this version of awa_django")
+        changes: dict[str, Any] = {}
+        if queue is not _UNSET:
+            changes["queue"] = queue
+        if priority is not _UNSET:
+            changes["priority"] = priority
+        if max_attempts is not _UNSET:
+            changes["max_attempts"] = max_attempts
+        if run_at is not _UNSET:
+            changes["run_at"] = run_at
+        if run_in is not _UNSET:
+            changes["run_in"] = None if run_in is None else seconds(run_in, "run_in")
+        if ordering_key is not _UNSET:
+            changes["ordering_key"] = ordering_key
+        if tags is not _UNSET:
+            changes["tags"] = tuple(check_tags(tags))
+        if metadata is not _UNSET:
+            changes["metadata"] = metadata
+        if database is not _UNSET:
+            changes["database"] = database
+        return JobCall(self.job, replace(self.options, **changes))
+
+    def prepare(self, *args: Any, **kwargs: Any) -> PreparedJob:
+        """Validate and serialise one call; nothing is written."""
+        opts = self.options
+        if opts.run_at is not None and opts.run_in is not None:
+            raise InvalidJob("pass run_at or run_in, not both")
+        run_at = check_run_at(opts.run_at)
+        if opts.run_in is not None:
+            run_at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=opts.run_in)
+        self.job.check_arguments(args, kwargs)
+        config = awa_settings()
+        args_json, kwargs_json = encode_arguments(args, kwargs, config.max_payload_bytes)
+        return PreparedJob(
+            kind=self.job.kind,
+            queue=check_queue(opts.queue),
+            priority=check_priority(opts.priority),
+            max_attempts=check_max_attempts(opts.max_attempts),
+            args_json=args_json,
+            kwargs_json=kwargs_json,
+            metadata_json=check_metadata(opts.metadata),
+            tags=list(opts.tags),
+            run_at=run_at,
+            ordering_key=check_ordering_key(opts.ordering_key),
+            database=opts.database,
+        )
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> EnqueuedJob:
+        """Validate and write the job in the caller's transaction."""
+        from .storage import enqueue as storage_enqueue
+
+        return storage_enqueue.enqueue_one(self.prepare(*args, **kwargs))
+
+    async def aenqueue(self, *args: Any, **kwargs: Any) -> EnqueuedJob:
+        """Async twin of :meth:`enqueue` (runs it in Django's sync thread)."""
+        from asgiref.sync import sync_to_async
+
+        return await sync_to_async(self.enqueue)(*args, **kwargs)
+
+
+class Job:
+    """A registered job kind wrapping its handler function."""
+
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        *,
+        kind: str | None,
+        queue: str,
+        priority: int,
+        max_attempts: int,
+        takes_context: bool,
+    ) -> None:
+        if not callable(func):
+            raise InvalidJob(f"@job needs a function, got {func!r}")
+        self.func = func
+        self.qualname = f"{func.__module__}.{func.__qualname__}"
+        self.kind = check_kind(kind if kind is not None else f"{func.__module__}.{func.__name__}")
+        self.queue = check_queue(queue)
+        self.priority = check_priority(priority)
+        self.max_attempts = check_max_attempts(max_attempts)
+        self.takes_context = bool(takes_context)
+        self.is_async = inspect.iscoroutinefunction(func)
+        self.signature = inspect.signature(func)
+        if self.takes_context and not self.signature.parameters:
+            raise InvalidJob(f"{self.qualname} has takes_context=True but accepts no arguments")
+        functools.update_wrapper(self, func)  # type: ignore[arg-type]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.func(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<Job {self.kind} queue={self.queue!r}>"
+
+    def check_arguments(self, args: tuple, kwargs: dict) -> None:
+        """Reject calls that cannot bind to the handler's signature."""
+        try:
+            if self.takes_context:
+                self.signature.bind(None, *args, **kwargs)
+            else:
+                self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise InvalidJob(f"arguments do not fit {self.qualname}: {exc}") from None
+
+    def _call(self) -> JobCall:
+        return JobCall(
+            self, _Options(queue=self.queue, priority=self.priority, max_attempts=self.max_attempts)
+        )
+
+    def using(self, **options: Any) -> JobCall:
+        """Per-call options: queue, priority, run_at, run_in, max_attempts, ..."""
+        return self._call().using(**options)
+
+    def prepare(self, *args: Any, **kwargs: Any) -> PreparedJob:
+        return self._call().prepare(*args, **kwargs)
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> EnqueuedJob:
+        return self._call().enqueue(*args, **kwargs)
+
+    async def aenqueue(self, *args: Any, **kwargs: Any) -> EnqueuedJob:
+        return await self._call().aenqueue(*args, **kwargs)
+
+
+def job(
+    func: Callable[..., Any] | None = None,
+    *,
+    kind: str | None = None,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = DEFAULT_PRIORITY,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    takes_context: bool = False,
+) -> Any:
+    """Declare a job kind.  Usable as ``@job`` or ``@job(queue=..., ...)``."""
+
+    def register(target: Callable[..., Any]) -> Job:
+        wrapped = Job(
+            target,
+            kind=kind,
+            queue=queue,
+            priority=priority,
+            max_attempts=max_attempts,
+            takes_context=takes_context,
+        )
+        registry.add(wrapped)
+        return wrapped
+
+    if func is not None:
+        return register(func)
+    return register

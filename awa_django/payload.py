@@ -1,0 +1,167 @@
+"""Validation of everything a producer hands us, before any write.
+
+Each check raises :class:`~awa_django.exceptions.InvalidJob` with a message
+that names the offending field, so a bad enqueue never reaches the database
+and never leaves a half-written job behind.
+
+Arguments are stored in PostgreSQL ``json`` columns (not ``jsonb``): ``json``
+keeps the exact text we send, so floats, key order and ``\\u0000`` escapes
+come back exactly as they went in.  Dict keys must be strings, because JSON
+would silently turn ``{1: "a"}`` into ``{"1": "a"}``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .conf import QUEUE_NAME_RE
+from .exceptions import InvalidJob
+
+MAX_KIND_LENGTH = 255
+MAX_TAGS = 64
+MAX_ATTEMPTS_LIMIT = 10_000
+
+
+def check_queue(queue: Any) -> str:
+    if not isinstance(queue, str) or not QUEUE_NAME_RE.match(queue):
+        raise InvalidJob(
+            f"invalid queue name {queue!r}: must match {QUEUE_NAME_RE.pattern} "
+            "(1-128 characters: letters, digits, '_', '.', ':', '-')"
+        )
+    return queue
+
+
+def check_priority(priority: Any) -> int:
+    if not isinstance(priority, int) or isinstance(priority, bool) or not 1 <= priority <= 4:
+        raise InvalidJob(f"invalid priority {priority!r}: must be an integer from 1 to 4")
+    return priority
+
+
+def check_max_attempts(max_attempts: Any) -> int:
+    if (
+        not isinstance(max_attempts, int)
+        or isinstance(max_attempts, bool)
+        or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT
+    ):
+        raise InvalidJob(
+            f"invalid max_attempts {max_attempts!r}: must be an integer from 1 to "
+            f"{MAX_ATTEMPTS_LIMIT}"
+        )
+    return max_attempts
+
+
+def check_kind(kind: Any) -> str:
+    if not isinstance(kind, str) or not kind or len(kind) > MAX_KIND_LENGTH or "\x00" in kind:
+        raise InvalidJob(f"invalid job kind {kind!r}: must be a non-empty string of at most 255")
+    return kind
+
+
+def check_run_at(run_at: Any) -> dt.datetime | None:
+    if run_at is None:
+        return None
+    if not isinstance(run_at, dt.datetime):
+        raise InvalidJob(f"run_at must be a datetime, got {type(run_at).__name__}")
+    if run_at.tzinfo is None or run_at.utcoffset() is None:
+        raise InvalidJob(
+            "run_at must be timezone-aware (use django.utils.timezone.now() or "
+            "datetime(..., tzinfo=datetime.UTC)); got a naive datetime"
+        )
+    return run_at
+
+
+def seconds(value: Any, field: str) -> float:
+    """A duration in seconds from an int/float or a timedelta."""
+    if isinstance(value, dt.timedelta):
+        value = value.total_seconds()
+    if not isinstance(value, int | float) or isinstance(value, bool) or value != value:  # NaN
+        raise InvalidJob(f"{field} must be seconds (int/float) or a timedelta, got {value!r}")
+    if value < 0:
+        raise InvalidJob(f"{field} must not be negative, got {value}")
+    return float(value)
+
+
+def check_tags(tags: Any) -> list[str]:
+    if tags is None:
+        return []
+    if isinstance(tags, str) or not isinstance(tags, Iterable):
+        raise InvalidJob("tags must be a list of strings")
+    result = list(tags)
+    if len(result) > MAX_TAGS or not all(
+        isinstance(tag, str) and tag and "\x00" not in tag for tag in result
+    ):
+        raise InvalidJob(f"tags must be at most {MAX_TAGS} non-empty strings, got {tags!r}")
+    return result
+
+
+def check_ordering_key(key: Any) -> str | None:
+    if key is None:
+        return None
+    if isinstance(key, bytes | bytearray | memoryview):
+        return "x" + bytes(key).hex()
+    if isinstance(key, str) and "\x00" not in key:
+        return key
+    raise InvalidJob(f"ordering_key must be str or bytes, got {type(key).__name__}")
+
+
+def _check_keys(value: Any, path: str) -> None:
+    # Iterative walk: only dict keys need checking, json.dumps rejects the rest.
+    stack = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    raise InvalidJob(
+                        f"{where} has a non-string dict key {key!r}: JSON object keys "
+                        "must be strings"
+                    )
+                if isinstance(child, dict | list | tuple):
+                    stack.append((child, f"{where}[{key!r}]"))
+        elif isinstance(item, list | tuple):
+            for index, child in enumerate(item):
+                if isinstance(child, dict | list | tuple):
+                    stack.append((child, f"{where}[{index}]"))
+
+
+def to_json(value: Any, field: str) -> str:
+    """Serialise ``value`` to compact JSON text or raise InvalidJob."""
+    _check_keys(value, field)
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise InvalidJob(f"{field} is not JSON-serialisable: {exc}") from None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # Lone surrogates cannot travel as UTF-8; escape them instead.
+        text = json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+    return text
+
+
+def check_metadata(metadata: Any) -> str:
+    if metadata is None:
+        return "{}"
+    if not isinstance(metadata, Mapping):
+        raise InvalidJob(f"metadata must be a dict, got {type(metadata).__name__}")
+    text = to_json(dict(metadata), "metadata")
+    if "\\u0000" in text:
+        raise InvalidJob("metadata must not contain NUL characters")
+    return text
+
+
+def encode_arguments(args: tuple, kwargs: dict, limit: int) -> tuple[str, str]:
+    """JSON text of positional and keyword arguments, within ``limit`` bytes."""
+    args_json = to_json(list(args), "args")
+    kwargs_json = to_json(kwargs, "kwargs")
+    size = len(args_json.encode("utf-8", "surrogatepass")) + len(
+        kwargs_json.encode("utf-8", "surrogatepass")
+    )
+    if size > limit:
+        raise InvalidJob(
+            f"job arguments are {size} bytes as JSON, over the limit of {limit} "
+            "(settings.AWA['MAX_PAYLOAD_BYTES']); store large data elsewhere and pass a key"
+        )
+    return args_json, kwargs_json

@@ -1,0 +1,25 @@
+-- Producer statements.  All of them run on the caller's connection and
+-- inside the caller's transaction.
+
+-- name: enqueue_job
+SELECT job_id, state, run_at
+  FROM awa.enqueue_job(%s, %s::smallint, %s, %s::json, %s::json, %s::jsonb, %s::text[],
+                       %s::smallint, %s::timestamptz, %s::text)
+
+-- name: reserve_ready_batch
+SELECT r.ord, r.job_id, r.shard, r.lane_seq, r.ready_slot, r.ready_generation, now()
+  FROM awa.reserve_ready_batch(%s::text[], %s::smallint[], %s::text[]) AS r
+
+-- name: reserve_job_ids
+SELECT nextval('awa.job_id_seq'), now() FROM generate_series(1, %s)
+
+-- name: copy_ready
+COPY awa.ready_entries (ready_slot, ready_generation, queue, priority, shard, lane_seq,
+                       job_id, kind, args, kwargs, metadata, tags, max_attempts,
+                       ordering_key, created_at, run_at)
+FROM STDIN
+
+-- name: copy_deferred
+COPY awa.deferred_jobs (job_id, state, queue, priority, kind, args, kwargs, metadata, tags,
+                       max_attempts, ordering_key, created_at, run_at)
+FROM STDIN

@@ -1,0 +1,23 @@
+-- Read statements over the awa.jobs view.  JSON columns are returned as text
+-- and decoded in Python so every driver configuration yields the same values.
+
+-- name: get_job
+SELECT id, kind, queue, priority, state, attempt, max_attempts, run_lease,
+       args::text, kwargs::text, metadata::text, tags, errors::text, progress::text,
+       return_value::text, created_at, run_at, attempted_at, finalized_at
+  FROM awa.jobs
+ WHERE id = %s
+
+-- name: list_jobs
+SELECT id, kind, queue, priority, state, attempt, max_attempts, run_lease,
+       args::text, kwargs::text, metadata::text, tags, errors::text, progress::text,
+       return_value::text, created_at, run_at, attempted_at, finalized_at
+  FROM awa.jobs
+ WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+   AND (%(state)s::text IS NULL OR state = %(state)s::text)
+   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+ ORDER BY id
+ LIMIT %(limit)s
+
+-- name: queue_counts
+SELECT state, count(*) FROM awa.jobs WHERE queue = %s GROUP BY state

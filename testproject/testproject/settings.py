@@ -1,0 +1,80 @@
+"""Settings of the small project used by the test suite and the demo.
+
+Configured from the environment with django-environ: ``DATABASE_URL`` names
+the PostgreSQL database (``scripts/with_database.py`` starts an embedded
+one with pgserver when it is unset).
+"""
+
+import os
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+env = environ.Env(DEBUG=(bool, False))
+
+SECRET_KEY = env("SECRET_KEY", default="awa-django-test-project-not-secret")
+DEBUG = env("DEBUG")
+ALLOWED_HOSTS = ["*"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "awa_django",
+    "demo",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+ROOT_URLCONF = "testproject.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+DATABASES = {
+    "default": env.db_url("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/postgres")
+}
+# Every test run gets its own database, so runs (and CI legs) never share state.
+DATABASES["default"]["TEST"] = {"NAME": env("AWA_TEST_DATABASE", default=f"test_awa_{os.getpid()}")}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+USE_TZ = True
+TIME_ZONE = "UTC"
+STATIC_URL = "static/"
+
+AWA = {
+    "QUEUES": {
+        "default": {"max_workers": 10},
+        "email": {"max_workers": 20, "rate_limit": (50.0, 50), "deadline": 600},
+        "reports": {"max_workers": 4},
+    },
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"awa_django": {"handlers": ["console"], "level": env("AWA_LOG_LEVEL", default="WARNING")}},
+}
