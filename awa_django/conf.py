@@ -115,11 +115,11 @@ class ConfigProblem:
         return f"AWA[{self.key}]: {self.message}" if self.key else f"AWA: {self.message}"
 
 
-class _Invalid(Exception):
+class _InvalidError(Exception):
     pass
 
 
-# --- value parsers: each returns the parsed value or raises _Invalid ---------
+# --- value parsers: each returns the parsed value or raises _InvalidError ---------
 
 
 def _duration(value: Any, *, allow_zero: bool = True) -> float:
@@ -128,9 +128,10 @@ def _duration(value: Any, *, allow_zero: bool = True) -> float:
     elif isinstance(value, int | float) and not isinstance(value, bool):
         seconds = float(value)
     else:
-        raise _Invalid(f"expected seconds (int/float) or timedelta, got {type(value).__name__}")
+        kind = type(value).__name__
+        raise _InvalidError(f"expected seconds (int/float) or timedelta, got {kind}")
     if seconds < 0 or (seconds == 0 and not allow_zero):
-        raise _Invalid(f"must be {'>= 0' if allow_zero else '> 0'}, got {seconds}")
+        raise _InvalidError(f"must be {'>= 0' if allow_zero else '> 0'}, got {seconds}")
     return seconds
 
 
@@ -140,17 +141,17 @@ def _positive_duration(value: Any) -> float:
 
 def _int(value: Any, low: int | None = None, high: int | None = None) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
-        raise _Invalid(f"expected an integer, got {type(value).__name__}")
+        raise _InvalidError(f"expected an integer, got {type(value).__name__}")
     if low is not None and value < low:
-        raise _Invalid(f"must be >= {low}, got {value}")
+        raise _InvalidError(f"must be >= {low}, got {value}")
     if high is not None and value > high:
-        raise _Invalid(f"must be <= {high}, got {value}")
+        raise _InvalidError(f"must be <= {high}, got {value}")
     return value
 
 
 def _bool(value: Any) -> bool:
     if not isinstance(value, bool):
-        raise _Invalid(f"expected True or False, got {value!r}")
+        raise _InvalidError(f"expected True or False, got {value!r}")
     return value
 
 
@@ -163,13 +164,13 @@ def _optional(parser):
 
 def _database(value: Any) -> str:
     if not isinstance(value, str) or not value:
-        raise _Invalid("expected a database alias (non-empty string)")
+        raise _InvalidError("expected a database alias (non-empty string)")
     return value
 
 
 def _secret(value: Any) -> str:
     if not isinstance(value, str | bytes) or not value:
-        raise _Invalid("expected a non-empty string")
+        raise _InvalidError("expected a non-empty string")
     return value.decode() if isinstance(value, bytes) else value
 
 
@@ -183,7 +184,7 @@ def _rate_limit(value: Any) -> RateLimit:
         or isinstance(value[0], bool)
         or value[0] <= 0
     ):
-        raise _Invalid("expected (max_rate > 0, burst >= 1), e.g. (50.0, 50)")
+        raise _InvalidError("expected (max_rate > 0, burst >= 1), e.g. (50.0, 50)")
     return RateLimit(float(value[0]), _int(value[1], low=1))
 
 
@@ -266,7 +267,7 @@ def _parse_queues(raw: Any, problems: list[ConfigProblem]) -> dict[str, QueueCon
                 continue
             try:
                 values[key] = parser(value)
-            except _Invalid as exc:
+            except _InvalidError as exc:
                 problems.append(ConfigProblem(f"{where}][{key!r}", str(exc)))
         queues[name] = QueueConfig(name, **values)
     return queues
@@ -303,7 +304,7 @@ def parse_settings(raw: Any) -> tuple[AwaSettings, list[ConfigProblem]]:
         elif key in _TOP_KEYS:
             try:
                 values[key.lower()] = _TOP_KEYS[key](value)
-            except _Invalid as exc:
+            except _InvalidError as exc:
                 problems.append(ConfigProblem(key, str(exc)))
         else:
             valid = ", ".join(sorted(_TOP_KEYS.keys() | _STRUCTURED_KEYS))

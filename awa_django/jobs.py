@@ -21,7 +21,6 @@ from typing import Any
 
 from .conf import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, awa_settings
 from .exceptions import InvalidJob
-from .records import EnqueuedJob
 from .payload import (
     check_kind,
     check_max_attempts,
@@ -34,6 +33,7 @@ from .payload import (
     encode_arguments,
     seconds,
 )
+from .records import EnqueuedJob
 
 
 @dataclass(frozen=True)

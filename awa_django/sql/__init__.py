@@ -29,8 +29,8 @@ def schema_files() -> list[str]:
 @functools.cache
 def queries(area: str) -> dict[str, str]:
     """Named statements of ``sql/queries/<area>.sql``."""
-    text = resources.files(__package__).joinpath("queries", f"{area}.sql").read_text(
-        encoding="utf-8"
+    text = (
+        resources.files(__package__).joinpath("queries", f"{area}.sql").read_text(encoding="utf-8")
     )
     found: dict[str, str] = {}
     matches = list(_NAME_LINE.finditer(text))

@@ -26,3 +26,24 @@ def django_connection(database: str | None = None) -> BaseDatabaseWrapper:
             f"awa_django needs PostgreSQL; database {alias!r} is {connection.vendor}"
         )
     return connection
+
+
+def psycopg_params(database: str | None = None) -> dict:
+    """Keyword arguments for ``psycopg.connect`` matching Django's settings.
+
+    The worker runtime and LISTEN need connections of their own; they use the
+    same host, credentials and options Django would.
+    """
+    params = dict(django_connection(database).get_connection_params())
+    for django_only in ("cursor_factory", "context", "server_side_binding", "pool"):
+        params.pop(django_only, None)
+    return params
+
+
+def conninfo(database: str | None = None) -> str:
+    """The same as :func:`psycopg_params`, as a libpq connection string."""
+    from psycopg.conninfo import make_conninfo
+
+    return make_conninfo(
+        **{key: value for key, value in psycopg_params(database).items() if value not in (None, "")}
+    )

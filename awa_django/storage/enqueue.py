@@ -134,4 +134,3 @@ def enqueue_many(jobs: Iterable[PreparedJob], database: str | None = None) -> li
                         )
                     )
     return ids
-

@@ -28,9 +28,7 @@ class RunAwaSQL(migrations.RunSQL):
     def __init__(self, forward: str, reverse: str | None = None) -> None:
         self.forward = forward
         self.reverse = reverse
-        super().__init__(
-            sql=forward, reverse_sql=reverse if reverse else None, elidable=False
-        )
+        super().__init__(sql=forward, reverse_sql=reverse if reverse else None, elidable=False)
 
     def deconstruct(self):
         kwargs = {"forward": self.forward}
@@ -46,8 +44,7 @@ class RunAwaSQL(migrations.RunSQL):
             return False
         if connection.vendor != "postgresql":
             raise ImproperlyConfigured(
-                f"awa_django needs PostgreSQL; database {connection.alias!r} is "
-                f"{connection.vendor}"
+                f"awa_django needs PostgreSQL; database {connection.alias!r} is {connection.vendor}"
             )
         return True
 

@@ -76,5 +76,7 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"awa_django": {"handlers": ["console"], "level": env("AWA_LOG_LEVEL", default="WARNING")}},
+    "loggers": {
+        "awa_django": {"handlers": ["console"], "level": env("AWA_LOG_LEVEL", default="WARNING")}
+    },
 }

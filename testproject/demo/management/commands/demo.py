@@ -61,6 +61,12 @@ class Command(BaseCommand):
             counts.add_column(state, justify="right")
         for queue in ("default", "email", "reports"):
             row = ops.queue_counts(queue)
-            counts.add_row(queue, *(str(row[s]) for s in ("available", "scheduled", "running", "completed", "failed")))
+            counts.add_row(
+                queue,
+                *(
+                    str(row[s])
+                    for s in ("available", "scheduled", "running", "completed", "failed")
+                ),
+            )
         console.print(counts)
         console.print("Workers arrive with the runtime issue: `manage.py awa_worker --burst`.")
