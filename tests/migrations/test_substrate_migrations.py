@@ -1,0 +1,141 @@
+"""The substrate migration: idempotent, reversible, safe to run concurrently."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import subprocess
+import sys
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+import awa_django.migrations
+from awa_django.sql import queries, schema_file, schema_files
+from awa_django.storage.substrate import SCHEMA_VERSION, RunAwaSQL, installed_version
+from tests.conftest import ROOT, database_url
+
+from ..storage.test_enqueue import noop
+
+CATALOG_FINGERPRINT = """
+SELECT 'rel ' || c.relname || ' ' || c.relkind::text FROM pg_class c
+  JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'awa'
+UNION ALL
+SELECT 'col ' || c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+  FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = 'awa' AND a.attnum > 0 AND NOT a.attisdropped
+UNION ALL
+SELECT 'fn ' || p.proname || ' ' || md5(pg_get_functiondef(p.oid)) FROM pg_proc p
+  JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'awa'
+UNION ALL
+SELECT 'view ' || viewname || ' ' || md5(definition) FROM pg_views WHERE schemaname = 'awa'
+ORDER BY 1
+"""
+
+
+def fingerprint() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute(CATALOG_FINGERPRINT)
+        return [row[0] for row in cursor.fetchall()]
+
+
+def schema_exists() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'awa'")
+        return cursor.fetchone()[0] == 1
+
+
+def test_substrate_has_the_rings_and_views(db):
+    relations = {line.split()[1] for line in fingerprint() if line.startswith("rel ")}
+    for table in ("ready_entries", "ready_segments", "ready_tombstones", "done_entries"):
+        assert {f"{table}_{slot}" for slot in range(16)} <= relations
+    for table in ("lease_claims", "lease_claim_closures"):
+        assert {f"{table}_{slot}" for slot in range(8)} <= relations
+    assert {f"leases_{slot}" for slot in range(8)} <= relations
+    assert {
+        "attempt_state",
+        "deferred_jobs",
+        "dlq_entries",
+        "queue_enqueue_heads",
+        "queue_claim_heads",
+        "queue_meta",
+        "queue_ring_rotations",
+        "claim_ring_rotations",
+        "lease_ring_rotations",
+        "jobs",
+        "terminal_jobs",
+    } <= relations
+    assert installed_version() == SCHEMA_VERSION
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT ring, slot_count FROM awa.ring_config ORDER BY ring")
+        assert cursor.fetchall() == [("claim", 8), ("lease", 8), ("queue", 16)]
+
+
+def test_running_the_substrate_again_changes_nothing(db, queue):
+    ref = noop.using(queue=queue).enqueue("survives")
+    before = fingerprint()
+    with connection.cursor() as cursor:
+        cursor.execute(schema_file("v001_substrate.sql"))
+    assert fingerprint() == before
+    from awa_django import ops
+
+    assert ops.get_job(ref.id).args == ["survives"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_migrate_twice_is_a_noop_and_zero_removes_everything(reset_awa):
+    call_command("migrate", "awa_django", verbosity=0)  # already applied: no-op
+    assert schema_exists()
+    before = fingerprint()
+    try:
+        call_command("migrate", "awa_django", "zero", verbosity=0)
+        assert not schema_exists()
+        assert installed_version() is None
+    finally:
+        call_command("migrate", "awa_django", verbosity=0)
+    assert fingerprint() == before
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_processes_migrating_at_once_both_succeed(reset_awa):
+    call_command("migrate", "awa_django", "zero", verbosity=0)
+    try:
+        env = {"DATABASE_URL": database_url(), "PATH": "/usr/bin:/bin"}
+        command = [sys.executable, str(ROOT / "testproject" / "manage.py"), "migrate", "awa_django"]
+        procs = [
+            subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            for _ in range(2)
+        ]
+        outputs = [proc.communicate(timeout=120)[0].decode() for proc in procs]
+        assert [proc.returncode for proc in procs] == [0, 0], outputs
+        assert installed_version() == SCHEMA_VERSION
+    finally:
+        call_command("migrate", "awa_django", verbosity=0)
+
+
+def _migration_operations():
+    for module_info in pkgutil.iter_modules(awa_django.migrations.__path__):
+        module = importlib.import_module(f"awa_django.migrations.{module_info.name}")
+        yield from module.Migration.operations
+
+
+def test_every_schema_file_belongs_to_exactly_one_migration():
+    referenced: list[str] = []
+    for operation in _migration_operations():
+        if isinstance(operation, RunAwaSQL):
+            referenced.append(operation.forward)
+            if operation.reverse:
+                referenced.append(operation.reverse)
+    assert sorted(referenced) == schema_files()
+    assert len(referenced) == len(set(referenced))
+
+
+def test_named_queries_parse():
+    for area in ("enqueue", "jobs", "substrate"):
+        assert queries(area), area
+
+
+def test_no_missing_django_migrations(db):
+    call_command("makemigrations", "awa_django", "--check", "--dry-run", verbosity=0)
