@@ -19,7 +19,7 @@ from ..sql import query, schema_file
 from .connection import django_connection
 
 # The substrate version this code needs (the last vNNN file).
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 class RunAwaSQL(migrations.RunSQL):

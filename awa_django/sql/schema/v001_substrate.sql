@@ -197,6 +197,7 @@ CREATE TABLE IF NOT EXISTS awa.lease_claims (
     ready_slot       smallint    NOT NULL,
     ready_generation bigint      NOT NULL,
     effective_priority smallint  NOT NULL,
+    attempt          smallint    NOT NULL,
     claimed_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
     deadline_at      timestamptz,
     PRIMARY KEY (job_id, run_lease, claim_slot)
@@ -342,12 +343,17 @@ SELECT awa.ensure_ring_partitions('lease', 8);
 -- Discards every job: for test suites and demos, never for production.
 CREATE OR REPLACE FUNCTION awa.reset_data() RETURNS void
 LANGUAGE plpgsql AS $$
+DECLARE
+    v_tables text;
 BEGIN
-    TRUNCATE awa.ready_entries, awa.ready_segments, awa.ready_tombstones, awa.done_entries,
-             awa.lease_claims, awa.lease_claim_closures, awa.leases, awa.attempt_state,
-             awa.deferred_jobs, awa.dlq_entries, awa.queue_enqueue_heads,
-             awa.queue_claim_heads, awa.queue_meta, awa.queue_ring_rotations,
-             awa.claim_ring_rotations, awa.lease_ring_rotations;
+    -- Every table of the schema except the install record and ring sizes
+    -- (partition parents truncate their children).
+    SELECT string_agg(format('awa.%I', c.relname), ', ') INTO v_tables
+      FROM pg_class c
+      JOIN pg_namespace n ON n.oid = c.relnamespace
+     WHERE n.nspname = 'awa' AND c.relkind IN ('r', 'p') AND NOT c.relispartition
+       AND c.relname NOT IN ('substrate_info', 'ring_config');
+    EXECUTE 'TRUNCATE ' || v_tables;
     INSERT INTO awa.queue_ring_rotations (generation, slot) VALUES (0, 0);
     INSERT INTO awa.claim_ring_rotations (generation, slot) VALUES (0, 0);
     INSERT INTO awa.lease_ring_rotations (generation, slot) VALUES (0, 0);
@@ -540,7 +546,7 @@ SELECT d.job_id                                AS id,
        COALESCE(d.kwargs, r.kwargs)            AS kwargs,
        COALESCE(d.metadata, r.metadata)        AS metadata,
        COALESCE(d.tags, r.tags)                AS tags,
-       d.errors                                AS errors,
+       COALESCE(d.errors, r.errors)            AS errors,
        d.progress                              AS progress,
        d.return_value                          AS return_value,
        COALESCE(d.created_at, r.created_at)    AS created_at,
@@ -573,7 +579,7 @@ SELECT r.job_id AS id, r.kind, r.queue, 'available'::text AS state, r.priority,
                       AND t.lane_seq = r.lane_seq)
 UNION ALL
 SELECT c.job_id, r.kind, c.queue, COALESCE(l.state, 'running'), c.effective_priority,
-       (r.attempt + 1)::smallint, r.max_attempts, c.run_lease, r.args, r.kwargs, r.metadata,
+       c.attempt, r.max_attempts, c.run_lease, r.args, r.kwargs, r.metadata,
        r.tags, r.errors, COALESCE(s.progress, r.progress), NULL::json, r.created_at,
        r.run_at, c.claimed_at, NULL::timestamptz
   FROM awa.lease_claims c

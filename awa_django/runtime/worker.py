@@ -1,0 +1,175 @@
+"""One worker process: the services of the runtime wired together.
+
+Start-up: open the connection pool, register in ``runtime_instances``, then
+run the notifier (LISTEN), one dispatcher per queue, the completion batcher,
+the heartbeat and the deferred-job promoter.
+
+Shutdown (SIGTERM/SIGINT, or ``--burst`` finding nothing left):
+
+1. dispatchers stop claiming (never mid-claim);
+2. in-flight jobs get ``shutdown_timeout`` seconds to finish and complete;
+3. whatever is still running is handed back: its context is cancelled and
+   its attempt closed as ``handed_back`` into ``deferred_jobs`` due now and
+   uncounted, so another worker runs it again (a late completion from the
+   abandoned handler is then stale and rejected by the run_lease guard);
+4. pending completions are flushed, the runtime row removed, the pool closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+
+from psycopg_pool import AsyncConnectionPool
+
+from ..storage.attempts import queues_have_work
+from .completer import BatchCompleter
+from .config import WorkerConfig
+from .dispatcher import Dispatcher
+from .executor import Executor, handed_back
+from .heartbeat import Heartbeat
+from .notifier import Notifier
+from .promoter import Promoter
+
+log = logging.getLogger("awa_django.worker")
+
+BURST_CHECK_INTERVAL = 0.2
+
+
+class Worker:
+    def __init__(self, config: WorkerConfig) -> None:
+        self.config = config
+        self.stopping = asyncio.Event()
+        self.pool = AsyncConnectionPool(
+            config.conninfo,
+            min_size=2,
+            max_size=len(config.queues) + 4,
+            kwargs={"autocommit": True},
+            open=False,
+            name="awa-worker",
+        )
+        self.executor = Executor(config.total_permits)
+        self.completer = BatchCompleter(
+            self.pool, config.completion_batch_size, config.completion_flush_interval
+        )
+        self.heartbeat = Heartbeat(self.pool, config.runtime_id, config.heartbeat_interval)
+        self.promoter = Promoter(self.pool, config.promote_interval, config.promote_batch_size)
+        self.wakeups = {policy.name: asyncio.Event() for policy in config.queues}
+        self.notifier = Notifier(config.conninfo, self.wakeups)
+        self.dispatchers = [
+            Dispatcher(
+                policy,
+                pool=self.pool,
+                executor=self.executor,
+                completer=self.completer,
+                runtime_id=config.runtime_id,
+                wakeup=self.wakeups[policy.name],
+                stopping=self.stopping,
+            )
+            for policy in config.queues
+        ]
+        self.handed_back = 0
+        self._services: list[asyncio.Task] = []
+
+    def request_stop(self) -> None:
+        if not self.stopping.is_set():
+            log.info("worker %s stopping", self.config.runtime_id)
+            self.stopping.set()
+
+    @property
+    def inflight(self) -> int:
+        return sum(len(d.inflight) for d in self.dispatchers)
+
+    @property
+    def completed(self) -> int:
+        return self.completer.applied
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(signum, self.request_stop)
+        await self.pool.open(wait=True)
+        try:
+            await self.heartbeat.register(self.config.queue_names, os.getpid())
+            await self.completer.start()
+            self._services = [
+                asyncio.create_task(self.notifier.run(), name="awa-notifier"),
+                asyncio.create_task(self.heartbeat.run(), name="awa-heartbeat"),
+                asyncio.create_task(self.promoter.run(), name="awa-promoter"),
+            ]
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.notifier.listening.wait(), timeout=5)
+            dispatching = [
+                asyncio.create_task(d.run(), name=f"awa-dispatch-{d.policy.name}")
+                for d in self.dispatchers
+            ]
+            log.info(
+                "worker %s started on queues %s",
+                self.config.runtime_id,
+                ", ".join(self.config.queue_names),
+            )
+            if self.config.burst:
+                await self._until_drained()
+            else:
+                await self.stopping.wait()
+            await asyncio.gather(*dispatching)
+            await self._drain_inflight()
+            await self.completer.stop()
+        finally:
+            for task in self._services:
+                task.cancel()
+            await asyncio.gather(*self._services, return_exceptions=True)
+            with contextlib.suppress(Exception):
+                await self.heartbeat.unregister()
+            await self.pool.close()
+            self.executor.shutdown()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.remove_signal_handler(signum)
+        log.info(
+            "worker %s stopped: %s completions, %s stale, %s handed back",
+            self.config.runtime_id,
+            self.completer.applied,
+            self.completer.stale,
+            self.handed_back,
+        )
+        return 0
+
+    async def _until_drained(self) -> None:
+        """--burst: stop once no selected queue has available, running or due work."""
+        while not self.stopping.is_set():
+            await asyncio.sleep(BURST_CHECK_INTERVAL)
+            if self.inflight or not all(d.last_claim_empty for d in self.dispatchers):
+                continue
+            await self.promoter.run_once()
+            async with self.pool.connection() as conn:
+                busy = await queues_have_work(conn, self.config.queue_names)
+            if not busy and not self.inflight:
+                self.request_stop()
+
+    async def _drain_inflight(self) -> None:
+        tasks = [task for d in self.dispatchers for _, _, task in d.inflight.values()]
+        if tasks:
+            log.info(
+                "waiting up to %ss for %s in-flight jobs", self.config.shutdown_timeout, len(tasks)
+            )
+            await asyncio.wait(tasks, timeout=self.config.shutdown_timeout)
+        leftovers = [entry for d in self.dispatchers for entry in d.inflight.values()]
+        if not leftovers:
+            return
+        for job, ctx, task in leftovers:
+            ctx.cancel()
+            task.cancel()
+        closures = [handed_back(job) for job, _, _ in leftovers]
+        results = await self.completer.submit_many(closures)
+        self.handed_back = sum(results)
+        log.warning("handed back %s unfinished jobs", self.handed_back)
+
+
+def run_worker(config: WorkerConfig) -> int:
+    """Run one worker process until it is stopped; returns its exit code."""
+    return asyncio.run(Worker(config).run())

@@ -1,0 +1,27 @@
+-- Worker runtime statements, run on the worker's own psycopg connections
+-- (autocommit: each statement is its own short transaction).
+
+-- name: claim_ready
+SELECT job_id, run_lease, kind, priority, effective_priority, attempt, max_attempts,
+       args, kwargs, metadata, tags, errors, claim_slot, created_at, deadline_at
+  FROM awa.claim_ready(%s, %s, %s, make_interval(secs => %s), make_interval(secs => %s))
+
+-- name: close_attempts
+SELECT job_id, run_lease
+  FROM awa.close_attempts(%s::bigint[], %s::bigint[], %s::smallint[], %s::text[], %s::text[],
+                          %s::timestamptz[], %s::smallint[], %s::text[], %s::text[], %s::text[])
+
+-- name: promote_due
+SELECT awa.promote_due(%s)
+
+-- name: queues_have_work
+SELECT awa.queues_have_work(%s::text[])
+
+-- name: register_runtime
+INSERT INTO awa.runtime_instances (id, hostname, pid, queues) VALUES (%s, %s, %s, %s)
+
+-- name: heartbeat_runtime
+UPDATE awa.runtime_instances SET heartbeat_at = now() WHERE id = %s
+
+-- name: unregister_runtime
+DELETE FROM awa.runtime_instances WHERE id = %s

@@ -1,0 +1,315 @@
+-- awa_django substrate, version 2: the worker runtime.
+--
+-- Claim, guarded attempt closure, deferred promotion and runtime liveness.
+-- Like v001 this file is idempotent and runs under the substrate lock.
+--
+-- The run_lease guard, in one paragraph: a claim appends a receipt
+-- (job_id, run_lease = previous + 1) to the current claim slot.  Every later
+-- transition of that attempt (complete, retry, snooze, cancel, fail, hand
+-- back, rescue) appends a closure row keyed (job_id, run_lease, claim_slot)
+-- with ON CONFLICT DO NOTHING, joined to the receipt.  Exactly one writer
+-- gets the row back and applies the transition; everyone else learns their
+-- attempt is stale and changes nothing.
+
+SET LOCAL client_min_messages = warning;
+SELECT pg_advisory_xact_lock(hashtext('awa_django.substrate'));
+
+UPDATE awa.substrate_info SET schema_version = GREATEST(schema_version, 2);
+
+-- One row per live worker process: its heartbeat covers every receipt it
+-- owns, so short jobs need no per-job liveness write.
+CREATE TABLE IF NOT EXISTS awa.runtime_instances (
+    id           uuid PRIMARY KEY,
+    hostname     text        NOT NULL,
+    pid          integer     NOT NULL,
+    queues       text[]      NOT NULL,
+    started_at   timestamptz NOT NULL DEFAULT now(),
+    heartbeat_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- ---------------------------------------------------------------------------
+-- Claim
+-- ---------------------------------------------------------------------------
+
+-- Claim up to p_max ready jobs of p_queue in one transaction.
+--
+-- Lanes with work beyond their cursor are visited best effective priority
+-- first (priority minus one level per p_aging waited by the lane head, never
+-- below 1), each locked FOR UPDATE SKIP LOCKED so concurrent claimers split
+-- lanes instead of queueing.  Within a lane, rows are taken in lane_seq order
+-- from the cursor, reading only the ready slots that segments beyond the
+-- cursor point at; tombstoned rows are stepped over.  The cursor moves past
+-- everything taken (the only UPDATE on the claim path) and one receipt per
+-- job is appended to the current claim slot.
+CREATE OR REPLACE FUNCTION awa.claim_ready(
+    p_queue text, p_max integer, p_runtime uuid, p_deadline interval, p_aging interval)
+RETURNS TABLE (job_id bigint, run_lease bigint, kind text, priority smallint,
+               effective_priority smallint, attempt smallint, max_attempts smallint,
+               args text, kwargs text, metadata text, tags text[], errors text,
+               claim_slot smallint, created_at timestamptz, deadline_at timestamptz)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now        timestamptz := clock_timestamp();
+    v_deadline   timestamptz;
+    v_claim_slot smallint;
+    v_claim_gen  bigint;
+    v_lane       record;
+    v_left       integer := p_max;
+    v_taken      integer;
+BEGIN
+    IF p_max <= 0 OR EXISTS (SELECT 1 FROM awa.queue_meta m
+                              WHERE m.queue = p_queue AND m.paused_at IS NOT NULL) THEN
+        RETURN;
+    END IF;
+    IF p_deadline > interval '0' THEN
+        v_deadline := v_now + p_deadline;
+    END IF;
+    SELECT r.slot, r.generation INTO v_claim_slot, v_claim_gen
+      FROM awa.claim_ring_rotations r ORDER BY r.generation DESC LIMIT 1;
+
+    FOR v_lane IN
+        SELECT h.queue, h.priority, h.shard, h.claim_seq,
+               GREATEST(1, h.priority - CASE
+                   WHEN p_aging > interval '0'
+                   THEN floor(extract(epoch FROM v_now - w.head_run_at) / extract(epoch FROM p_aging))
+                   ELSE 0 END)::smallint AS effective_priority,
+               w.slots
+          FROM awa.queue_claim_heads h
+          CROSS JOIN LATERAL (
+              SELECT min(g.run_at) AS head_run_at, array_agg(DISTINCT g.ready_slot) AS slots
+                FROM awa.ready_segments g
+               WHERE g.queue = h.queue AND g.priority = h.priority AND g.shard = h.shard
+                 AND g.end_seq > h.claim_seq) w
+         WHERE h.queue = p_queue AND w.head_run_at IS NOT NULL
+         ORDER BY 5, w.head_run_at, h.shard
+           FOR UPDATE OF h SKIP LOCKED
+    LOOP
+        EXIT WHEN v_left <= 0;
+        RETURN QUERY
+        WITH candidates AS (
+            SELECT r.*,
+                   EXISTS (SELECT 1 FROM awa.ready_tombstones t
+                            WHERE t.ready_slot = r.ready_slot AND t.queue = r.queue
+                              AND t.priority = r.priority AND t.shard = r.shard
+                              AND t.lane_seq = r.lane_seq) AS spent
+              FROM awa.ready_entries r
+             WHERE r.queue = v_lane.queue AND r.priority = v_lane.priority
+               AND r.shard = v_lane.shard AND r.lane_seq >= v_lane.claim_seq
+               AND r.ready_slot = ANY (v_lane.slots)
+             ORDER BY r.lane_seq
+             LIMIT v_left
+        ), advanced AS (
+            UPDATE awa.queue_claim_heads h
+               SET claim_seq = (SELECT max(c.lane_seq) + 1 FROM candidates c)
+             WHERE h.queue = v_lane.queue AND h.priority = v_lane.priority
+               AND h.shard = v_lane.shard AND EXISTS (SELECT 1 FROM candidates)
+        ), receipts AS (
+            INSERT INTO awa.lease_claims (claim_slot, claim_generation, job_id, run_lease,
+                                          runtime_id, queue, priority, shard, lane_seq,
+                                          ready_slot, ready_generation, effective_priority,
+                                          attempt, claimed_at, deadline_at)
+            SELECT v_claim_slot, v_claim_gen, c.job_id, c.run_lease + 1, p_runtime, c.queue,
+                   c.priority, c.shard, c.lane_seq, c.ready_slot, c.ready_generation,
+                   v_lane.effective_priority, c.attempt + 1, v_now, v_deadline
+              FROM candidates c
+             WHERE NOT c.spent
+            RETURNING lease_claims.job_id
+        )
+        SELECT c.job_id, c.run_lease + 1, c.kind, c.priority, v_lane.effective_priority,
+               (c.attempt + 1)::smallint, c.max_attempts, c.args::text, c.kwargs::text,
+               c.metadata::text, c.tags, c.errors::text, v_claim_slot, c.created_at, v_deadline
+          FROM candidates c
+         WHERE NOT c.spent
+         ORDER BY c.lane_seq;
+        GET DIAGNOSTICS v_taken = ROW_COUNT;
+        v_left := v_left - v_taken;
+    END LOOP;
+END
+$$;
+
+-- ---------------------------------------------------------------------------
+-- Closing attempts
+-- ---------------------------------------------------------------------------
+
+-- Close a batch of attempts, each with its own target:
+--   completed / failed / cancelled  -> terminal row in the ready slot's done_entries
+--   retryable / scheduled           -> deferred_jobs row (run_at = p_run_ats[i])
+--   dlq                             -> dlq_entries row
+-- p_attempts is the attempt count to store on a deferred row (a snooze or
+-- hand-back passes the count before this attempt, so it is not counted).
+-- p_errors is the whole error history as JSON text (NULL keeps the history
+-- already on the ready row).  Returns the attempts actually closed; the rest
+-- were stale and nothing was written for them.
+CREATE OR REPLACE FUNCTION awa.close_attempts(
+    p_job_ids bigint[], p_run_leases bigint[], p_claim_slots smallint[], p_targets text[],
+    p_outcomes text[], p_run_ats timestamptz[], p_attempts smallint[], p_errors text[],
+    p_results text[], p_reasons text[])
+RETURNS TABLE (job_id bigint, run_lease bigint)
+LANGUAGE sql AS $$
+    WITH input AS (
+        SELECT *
+          FROM unnest(p_job_ids, p_run_leases, p_claim_slots, p_targets, p_outcomes, p_run_ats,
+                      p_attempts, p_errors, p_results, p_reasons)
+               AS i(job_id, run_lease, claim_slot, target, outcome, run_at, attempt, errors,
+                    result, reason)
+    ), closed AS (
+        INSERT INTO awa.lease_claim_closures (claim_slot, job_id, run_lease, outcome)
+        SELECT c.claim_slot, c.job_id, c.run_lease, i.outcome
+          FROM input i
+          JOIN awa.lease_claims c
+            ON c.claim_slot = i.claim_slot AND c.job_id = i.job_id AND c.run_lease = i.run_lease
+        ON CONFLICT DO NOTHING
+        RETURNING lease_claim_closures.claim_slot, lease_claim_closures.job_id,
+                  lease_claim_closures.run_lease
+    ), won AS (
+        SELECT i.*, c.queue, c.priority, c.shard, c.lane_seq, c.ready_slot, c.ready_generation,
+               c.claimed_at, c.attempt AS claim_attempt
+          FROM closed x
+          JOIN input i
+            ON i.claim_slot = x.claim_slot AND i.job_id = x.job_id AND i.run_lease = x.run_lease
+          JOIN awa.lease_claims c
+            ON c.claim_slot = x.claim_slot AND c.job_id = x.job_id AND c.run_lease = x.run_lease
+    ), terminal AS (
+        INSERT INTO awa.done_entries (ready_slot, ready_generation, job_id, run_lease, state,
+                                      queue, priority, shard, lane_seq, attempt, errors,
+                                      return_value, attempted_at)
+        SELECT w.ready_slot, w.ready_generation, w.job_id, w.run_lease, w.target, w.queue,
+               w.priority, w.shard, w.lane_seq, w.claim_attempt, w.errors::jsonb,
+               w.result::json, w.claimed_at
+          FROM won w
+         WHERE w.target IN ('completed', 'failed', 'cancelled')
+    ), deferred AS (
+        INSERT INTO awa.deferred_jobs (job_id, state, queue, priority, kind, args, kwargs,
+                                       metadata, tags, attempt, max_attempts, run_lease,
+                                       ordering_key, errors, progress, created_at, run_at,
+                                       attempted_at)
+        SELECT w.job_id, w.target, r.queue, r.priority, r.kind, r.args, r.kwargs, r.metadata,
+               r.tags, w.attempt, r.max_attempts, w.run_lease, r.ordering_key,
+               COALESCE(w.errors::jsonb, r.errors), r.progress, r.created_at, w.run_at,
+               w.claimed_at
+          FROM won w
+          JOIN awa.ready_entries r
+            ON r.ready_slot = w.ready_slot AND r.queue = w.queue AND r.priority = w.priority
+           AND r.shard = w.shard AND r.lane_seq = w.lane_seq
+         WHERE w.target IN ('retryable', 'scheduled')
+    ), dead AS (
+        INSERT INTO awa.dlq_entries (job_id, queue, priority, kind, args, kwargs, metadata,
+                                     tags, attempt, max_attempts, run_lease, ordering_key,
+                                     errors, progress, reason, created_at, run_at,
+                                     attempted_at)
+        SELECT w.job_id, r.queue, r.priority, r.kind, r.args, r.kwargs, r.metadata, r.tags,
+               w.claim_attempt, r.max_attempts, w.run_lease, r.ordering_key,
+               COALESCE(w.errors::jsonb, r.errors), r.progress, COALESCE(w.reason, 'failed'),
+               r.created_at, r.run_at, w.claimed_at
+          FROM won w
+          JOIN awa.ready_entries r
+            ON r.ready_slot = w.ready_slot AND r.queue = w.queue AND r.priority = w.priority
+           AND r.shard = w.shard AND r.lane_seq = w.lane_seq
+         WHERE w.target = 'dlq'
+    )
+    SELECT x.job_id, x.run_lease FROM closed x
+$$;
+
+-- ---------------------------------------------------------------------------
+-- Deferred promotion
+-- ---------------------------------------------------------------------------
+
+-- Move up to p_limit due deferred rows (scheduled, retry backoff, snooze)
+-- into the current ready slot, oldest run_at first, keeping lane FIFO, and
+-- notify their queues.  SKIP LOCKED lets several promoters run at once.
+CREATE OR REPLACE FUNCTION awa.promote_due(p_limit integer) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_rows   awa.deferred_jobs[];
+    v_shards smallint[];
+    v_slot   smallint;
+    v_gen    bigint;
+    v_lane   record;
+    v_first  bigint;
+    l_queue  text[] := '{}';
+    l_prio   smallint[] := '{}';
+    l_shard  smallint[] := '{}';
+    l_first  bigint[] := '{}';
+BEGIN
+    WITH due AS (
+        DELETE FROM awa.deferred_jobs d
+         WHERE d.job_id IN (SELECT x.job_id FROM awa.deferred_jobs x
+                             WHERE x.run_at <= clock_timestamp()
+                             ORDER BY x.run_at, x.job_id
+                             LIMIT p_limit
+                               FOR UPDATE SKIP LOCKED)
+        RETURNING d.*
+    )
+    SELECT array_agg(due ORDER BY due.run_at, due.job_id) INTO v_rows FROM due;
+    IF v_rows IS NULL THEN
+        RETURN 0;
+    END IF;
+
+    SELECT c.slot, c.generation INTO v_slot, v_gen FROM awa.queue_ring_cursor() c;
+    SELECT array_agg(awa.shard_for(m.enqueue_shards, d.ordering_key, d.job_id) ORDER BY d.ordinality)
+      INTO v_shards
+      FROM unnest(v_rows) WITH ORDINALITY AS d
+      LEFT JOIN awa.queue_meta m ON m.queue = d.queue;
+
+    FOR v_lane IN
+        SELECT d.queue, d.priority, s.shard, count(*)::integer AS n, min(d.run_at) AS run_at
+          FROM unnest(v_rows) WITH ORDINALITY AS d
+          JOIN unnest(v_shards) WITH ORDINALITY AS s(shard, n) ON s.n = d.ordinality
+         GROUP BY d.queue, d.priority, s.shard
+         ORDER BY d.queue, d.priority, s.shard
+    LOOP
+        v_first := awa.reserve_lane(v_lane.queue, v_lane.priority, v_lane.shard, v_lane.n);
+        INSERT INTO awa.ready_segments (ready_slot, ready_generation, queue, priority, shard,
+                                        start_seq, end_seq, run_at)
+        VALUES (v_slot, v_gen, v_lane.queue, v_lane.priority, v_lane.shard,
+                v_first, v_first + v_lane.n, v_lane.run_at);
+        l_queue := l_queue || v_lane.queue;
+        l_prio := l_prio || v_lane.priority;
+        l_shard := l_shard || v_lane.shard;
+        l_first := l_first || v_first;
+    END LOOP;
+
+    INSERT INTO awa.ready_entries (ready_slot, ready_generation, queue, priority, shard, lane_seq,
+                                   job_id, kind, args, kwargs, metadata, tags, attempt,
+                                   max_attempts, run_lease, ordering_key, errors, progress,
+                                   created_at, run_at)
+    SELECT v_slot, v_gen, d.queue, d.priority, s.shard,
+           l.first + row_number() OVER (PARTITION BY d.queue, d.priority, s.shard ORDER BY d.ordinality) - 1,
+           d.job_id, d.kind, d.args, d.kwargs, d.metadata, d.tags, d.attempt, d.max_attempts,
+           d.run_lease, d.ordering_key, d.errors, d.progress, d.created_at, d.run_at
+      FROM unnest(v_rows) WITH ORDINALITY AS d
+      JOIN unnest(v_shards) WITH ORDINALITY AS s(shard, n) ON s.n = d.ordinality
+      JOIN unnest(l_queue, l_prio, l_shard, l_first) AS l(queue, priority, shard, first)
+        ON l.queue = d.queue AND l.priority = d.priority AND l.shard = s.shard;
+
+    PERFORM pg_notify(awa.queue_channel(q.queue), '')
+       FROM (SELECT DISTINCT d.queue FROM unnest(v_rows) AS d) AS q;
+    RETURN cardinality(v_rows);
+END
+$$;
+
+-- ---------------------------------------------------------------------------
+-- Queue state probes
+-- ---------------------------------------------------------------------------
+
+-- True while any of p_queues has a job that is available, running, or due
+-- in deferred_jobs (what `awa_worker --burst` waits for).
+CREATE OR REPLACE FUNCTION awa.queues_have_work(p_queues text[]) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (
+        SELECT 1 FROM awa.queue_claim_heads h
+          JOIN awa.ready_segments g
+            ON g.queue = h.queue AND g.priority = h.priority AND g.shard = h.shard
+           AND g.end_seq > h.claim_seq
+         WHERE h.queue = ANY (p_queues)
+    ) OR EXISTS (
+        SELECT 1 FROM awa.lease_claims c
+         WHERE c.queue = ANY (p_queues)
+           AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
+                            WHERE x.claim_slot = c.claim_slot AND x.job_id = c.job_id
+                              AND x.run_lease = c.run_lease)
+    ) OR EXISTS (
+        SELECT 1 FROM awa.deferred_jobs d
+         WHERE d.queue = ANY (p_queues) AND d.run_at <= clock_timestamp()
+    )
+$$;

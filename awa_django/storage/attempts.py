@@ -1,0 +1,149 @@
+"""Claiming ready jobs and closing attempts (the worker hot path).
+
+These functions take a psycopg ``AsyncConnection`` in autocommit mode: each
+call is one statement and one short transaction.  See ``v002_runtime.sql``
+for the run_lease guard that makes :func:`close_attempts` safe against
+stale writers.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from ..sql import query
+
+# Where a closed attempt goes next.
+COMPLETED = "completed"
+FAILED = "failed"
+CANCELLED = "cancelled"
+RETRYABLE = "retryable"
+SCHEDULED = "scheduled"
+DLQ = "dlq"
+TARGETS = frozenset({COMPLETED, FAILED, CANCELLED, RETRYABLE, SCHEDULED, DLQ})
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    """One attempt handed to this runtime by a claim."""
+
+    job_id: int
+    run_lease: int
+    kind: str
+    queue: str
+    priority: int
+    effective_priority: int
+    attempt: int
+    max_attempts: int
+    args: list[Any]
+    kwargs: dict[str, Any]
+    metadata: dict[str, Any]
+    tags: list[str]
+    errors: list[dict[str, Any]]
+    claim_slot: int
+    created_at: dt.datetime
+    deadline_at: dt.datetime | None
+
+
+@dataclass(frozen=True)
+class Closure:
+    """How one attempt ends; built by the executor, written by the completer.
+
+    ``target`` is one of :data:`TARGETS`; ``outcome`` is the closure label
+    kept as evidence (``completed``, ``retryable``, ``snoozed``,
+    ``handed_back``, ...).  ``attempt`` is the attempt count stored on a
+    deferred row; ``errors`` the full error history (None keeps the stored
+    one); ``result`` the JSON text of a return value.
+    """
+
+    job_id: int
+    run_lease: int
+    claim_slot: int
+    target: str
+    outcome: str
+    run_at: dt.datetime | None = None
+    attempt: int = 0
+    errors: str | None = None
+    result: str | None = None
+    reason: str | None = None
+
+
+async def claim(
+    conn: psycopg.AsyncConnection,
+    queue: str,
+    limit: int,
+    runtime_id: uuid.UUID,
+    deadline: float,
+    aging_interval: float,
+) -> list[ClaimedJob]:
+    """Claim up to ``limit`` ready jobs of ``queue`` for ``runtime_id``."""
+    cursor = await conn.execute(
+        query("runtime", "claim_ready"), [queue, limit, runtime_id, deadline, aging_interval]
+    )
+    rows = await cursor.fetchall()
+    return [
+        ClaimedJob(
+            job_id=row[0],
+            run_lease=row[1],
+            kind=row[2],
+            queue=queue,
+            priority=row[3],
+            effective_priority=row[4],
+            attempt=row[5],
+            max_attempts=row[6],
+            args=json.loads(row[7]),
+            kwargs=json.loads(row[8]),
+            metadata=json.loads(row[9]) if row[9] else {},
+            tags=list(row[10] or ()),
+            errors=json.loads(row[11]) if row[11] else [],
+            claim_slot=row[12],
+            created_at=row[13],
+            deadline_at=row[14],
+        )
+        for row in rows
+    ]
+
+
+async def close_attempts(
+    conn: psycopg.AsyncConnection, closures: Sequence[Closure]
+) -> set[tuple[int, int]]:
+    """Apply closures in one statement; returns the (job_id, run_lease) that won.
+
+    A closure missing from the result was stale: its attempt had already been
+    closed (rescued, cancelled, handed back) and nothing was written for it.
+    """
+    if not closures:
+        return set()
+    cursor = await conn.execute(
+        query("runtime", "close_attempts"),
+        [
+            [c.job_id for c in closures],
+            [c.run_lease for c in closures],
+            [c.claim_slot for c in closures],
+            [c.target for c in closures],
+            [c.outcome for c in closures],
+            [c.run_at for c in closures],
+            [c.attempt for c in closures],
+            [c.errors for c in closures],
+            [c.result for c in closures],
+            [c.reason for c in closures],
+        ],
+    )
+    return {(job_id, run_lease) for job_id, run_lease in await cursor.fetchall()}
+
+
+async def promote_due(conn: psycopg.AsyncConnection, limit: int) -> int:
+    """Move due deferred jobs into the ready ring; returns how many moved."""
+    cursor = await conn.execute(query("runtime", "promote_due"), [limit])
+    return (await cursor.fetchone())[0]
+
+
+async def queues_have_work(conn: psycopg.AsyncConnection, queues: Sequence[str]) -> bool:
+    cursor = await conn.execute(query("runtime", "queues_have_work"), [list(queues)])
+    return bool((await cursor.fetchone())[0])

@@ -1,0 +1,91 @@
+"""Enqueue throughput: single-job enqueue and the COPY batch path.
+
+Runs against ``DATABASE_URL`` (through scripts/with_database.py), in a
+scratch database it creates and drops, and prints jobs/s for each path as
+the median of three runs.
+
+    python scripts/with_database.py python bench/enqueue_rate.py [--single N] [--copy N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "testproject")]
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--single", type=int, default=5_000, help="jobs per single-enqueue run")
+    parser.add_argument("--copy", type=int, default=50_000, help="jobs per COPY run")
+    parser.add_argument("--runs", type=int, default=3)
+    options = parser.parse_args()
+
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection, transaction
+    from django.test.utils import setup_databases, teardown_databases
+
+    import awa_django
+    from awa_django import job
+    from awa_django.storage.substrate import reset_data
+
+    os.environ.setdefault("AWA_TEST_DATABASE", f"awa_bench_{uuid.uuid4().hex[:8]}")
+    state = setup_databases(verbosity=0, interactive=False)
+    try:
+        call_command("migrate", "awa_django", verbosity=0)
+
+        @job(kind="bench.noop")
+        def noop(n: int) -> None: ...
+
+        def single(n: int) -> float:
+            reset_data()
+            start = time.perf_counter()
+            for i in range(n):
+                noop.enqueue(i)  # autocommit: one transaction per job, as a web view would
+            return n / (time.perf_counter() - start)
+
+        def single_in_one_tx(n: int) -> float:
+            reset_data()
+            start = time.perf_counter()
+            with transaction.atomic():
+                for i in range(n):
+                    noop.enqueue(i)
+            return n / (time.perf_counter() - start)
+
+        def copy(n: int) -> float:
+            reset_data()
+            start = time.perf_counter()
+            with transaction.atomic():
+                awa_django.enqueue_many([noop.prepare(i) for i in range(n)])
+            return n / (time.perf_counter() - start)
+
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT version()")
+            print(cursor.fetchone()[0])
+        for label, func, n in (
+            ("single enqueue, one transaction each", single, options.single),
+            ("single enqueue, all in one transaction", single_in_one_tx, options.single),
+            ("enqueue_many (COPY), one transaction", copy, options.copy),
+        ):
+            rates = [func(n) for _ in range(options.runs)]
+            print(
+                f"{label:42s} median {statistics.median(rates):>10,.0f} jobs/s  "
+                f"(runs: {', '.join(f'{r:,.0f}' for r in rates)}; n={n})"
+            )
+    finally:
+        teardown_databases(state, verbosity=0)
+
+
+if __name__ == "__main__":
+    main()
