@@ -20,7 +20,6 @@ import datetime as dt
 import json
 import logging
 import traceback
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from django.db import close_old_connections
@@ -41,6 +40,7 @@ from ..storage.attempts import (
     Closure,
 )
 from .backoff import retry_delay
+from .threads import HandlerThreads
 
 log = logging.getLogger("awa_django.worker")
 
@@ -134,12 +134,10 @@ class Executor:
     """Runs handlers; owns the thread pool for sync jobs."""
 
     def __init__(self, threads: int) -> None:
-        self._threads = ThreadPoolExecutor(
-            max_workers=max(threads, 1), thread_name_prefix="awa-job"
-        )
+        self._threads = HandlerThreads(threads)
 
     def shutdown(self) -> None:
-        self._threads.shutdown(wait=False, cancel_futures=True)
+        self._threads.shutdown()
 
     async def run(self, job: ClaimedJob, ctx: JobContext, *, dlq: bool) -> Closure:
         definition = registry.get(job.kind)
@@ -158,8 +156,7 @@ class Executor:
             if definition.is_async:
                 value = await self._call(definition, ctx, job)
             else:
-                loop = asyncio.get_running_loop()
-                value = await loop.run_in_executor(self._threads, _call_sync, definition, ctx, job)
+                value = await self._threads.submit(_call_sync, definition, ctx, job)
         except asyncio.CancelledError:
             raise
         except Snooze as exc:

@@ -23,6 +23,8 @@ import logging
 import os
 import signal
 
+from asgiref.sync import sync_to_async
+from django.db import connections
 from psycopg_pool import AsyncConnectionPool
 
 from ..storage.attempts import queues_have_work
@@ -127,6 +129,7 @@ class Worker:
                 await self.heartbeat.unregister()
             await self.pool.close()
             self.executor.shutdown()
+            await close_handler_connections()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.remove_signal_handler(signum)
@@ -161,13 +164,23 @@ class Worker:
         leftovers = [entry for d in self.dispatchers for entry in d.inflight.values()]
         if not leftovers:
             return
-        for job, ctx, task in leftovers:
+        for _job, ctx, task in leftovers:
             ctx.cancel()
             task.cancel()
         closures = [handed_back(job) for job, _, _ in leftovers]
         results = await self.completer.submit_many(closures)
         self.handed_back = sum(results)
         log.warning("handed back %s unfinished jobs", self.handed_back)
+
+
+async def close_handler_connections() -> None:
+    """Close the Django connection async handlers used through sync_to_async.
+
+    Those calls run in asgiref's shared thread, whose connection outlives any
+    one job; sync handlers close theirs after every job.
+    """
+    with contextlib.suppress(Exception):
+        await sync_to_async(connections.close_all)()
 
 
 def run_worker(config: WorkerConfig) -> int:

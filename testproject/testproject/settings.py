@@ -26,6 +26,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "awa_django",
     "demo",
+    "testapp",
 ]
 
 MIDDLEWARE = [
@@ -56,6 +57,10 @@ TEMPLATES = [
 DATABASES = {
     "default": env.db_url("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/postgres")
 }
+# Workers run many jobs per thread: keep connections instead of reconnecting
+# per job (close_old_connections still drops broken or aged ones).
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 # Every test run gets its own database, so runs (and CI legs) never share state.
 DATABASES["default"]["TEST"] = {"NAME": env("AWA_TEST_DATABASE", default=f"test_awa_{os.getpid()}")}
 

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
-import sys
-import threading
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -71,13 +68,6 @@ class Command(BaseCommand):
             code = Supervisor(config, options["processes"]).run()
         else:
             code = run_worker(config)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        if any(t.name.startswith("awa-job") for t in threading.enumerate()):
-            # A handed-back sync handler is still running in a thread that
-            # cannot be interrupted; do not let it hold the process open.
-            logging.shutdown()
-            os._exit(code)
         if code:
             raise SystemExit(code)
 

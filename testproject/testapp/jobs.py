@@ -1,0 +1,92 @@
+"""Jobs the test suite runs through real workers (autodiscovered, like any app's)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from asgiref.sync import sync_to_async
+
+from awa_django import Cancel, RetryAfter, Snooze, TerminalError, job
+
+from .models import ExactlyOnce, Execution
+
+
+def _record(ctx, label: str) -> None:
+    Execution.objects.create(
+        job_id=ctx.job_id, label=label, attempt=ctx.attempt, run_lease=ctx.run_lease
+    )
+
+
+@job(kind="testapp.once", takes_context=True)
+def once(ctx, value: int) -> int:
+    ExactlyOnce.objects.create(job_id=ctx.job_id, value=value)
+    return value
+
+
+@job(kind="testapp.record", takes_context=True)
+def record(ctx, label: str = "ran") -> dict:
+    _record(ctx, label)
+    return {"label": label, "attempt": ctx.attempt}
+
+
+@job(kind="testapp.record_async", takes_context=True)
+async def record_async(ctx, label: str = "async") -> str:
+    await asyncio.sleep(0)
+    await sync_to_async(_record)(ctx, label)
+    return label
+
+
+@job(kind="testapp.plain")
+def plain(a: int, b: int = 0) -> int:
+    return a + b
+
+
+@job(kind="testapp.retry_after", takes_context=True)
+def retry_after(ctx, delay: float) -> None:
+    _record(ctx, "retry_after")
+    raise RetryAfter(delay)
+
+
+@job(kind="testapp.fail_then_succeed", takes_context=True)
+def fail_then_succeed(ctx, failures: int) -> str:
+    _record(ctx, "attempt")
+    if ctx.attempt <= failures:
+        raise RetryAfter(0, f"failing attempt {ctx.attempt}")
+    return "ok"
+
+
+@job(kind="testapp.snooze_once", takes_context=True)
+def snooze_once(ctx) -> str:
+    _record(ctx, "snooze_once")
+    if Execution.objects.filter(job_id=ctx.job_id).count() == 1:
+        raise Snooze(0)
+    return "woke"
+
+
+@job(kind="testapp.cancel", takes_context=True)
+def cancel(ctx) -> None:
+    _record(ctx, "cancel")
+    raise Cancel("not needed any more")
+
+
+@job(kind="testapp.terminal", takes_context=True)
+def terminal(ctx) -> None:
+    _record(ctx, "terminal")
+    raise TerminalError("card declined")
+
+
+@job(kind="testapp.boom", takes_context=True)
+def boom(ctx) -> None:
+    _record(ctx, "boom")
+    raise ValueError("boom")
+
+
+@job(kind="testapp.sleep", takes_context=True)
+def sleep(ctx, seconds: float, label: str = "slept") -> str:
+    _record(ctx, "started")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.02)
+    _record(ctx, label)
+    return label
