@@ -53,11 +53,11 @@ class WorkerProcess:
             stderr=subprocess.STDOUT,
             text=True,
         )
+        self._output: str | None = None
 
     def terminate(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
 
-        self._output: str | None = None
 
     def wait(self, timeout: float) -> int:
         try:

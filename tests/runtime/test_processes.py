@@ -125,3 +125,33 @@ def test_a_late_completion_is_rejected_and_counted(queue):
             "SELECT outcome FROM awa.lease_claim_closures WHERE job_id = %s", [ref.id]
         ).fetchall()
     assert closures == [("retryable",)]
+
+
+def _runtime_pids(queue: str) -> set[int]:
+    with psycopg.connect(conninfo()) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM awa.runtime_instances WHERE %s = ANY (queues)", [queue]
+        ).fetchall()
+    return {pid for (pid,) in rows}
+
+
+def test_supervisor_restarts_a_child_that_dies(queue, start_worker):
+    import os
+    import signal
+
+    worker = start_worker("--queue", queue, "--processes", "2")
+    first = wait_for(lambda: _runtime_pids(queue) if len(_runtime_pids(queue)) == 2 else None)
+    victim = sorted(first)[0]
+    os.kill(victim, signal.SIGKILL)
+
+    replacement = wait_for(lambda: _runtime_pids(queue) - first, timeout=30)
+    assert len(replacement) == 1
+    # The survivors still work jobs.
+    ref = jobs.plain.using(queue=queue).enqueue(20, b=1)
+    wait_for(lambda: ops.get_job(ref.id).state == "completed")
+
+    worker.terminate()
+    assert worker.wait(timeout=60) == 0
+    # Clean shutdown unregisters the live children (the killed one's row stays
+    # until maintenance removes stale runtimes).
+    assert _runtime_pids(queue) <= {victim}

@@ -1,21 +1,31 @@
-"""``manage.py demo``: enqueue the demo jobs and show what is queued."""
+"""``manage.py demo``: enqueue the demo jobs, drain them with a worker, show the result."""
 
 from __future__ import annotations
 
 import datetime as dt
+import subprocess
+import sys
+import time
+from collections import Counter
 
 from django.core.management.base import BaseCommand
 from django.db import transaction
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 import awa_django
 from awa_django import ops
 from demo.jobs import build_report, fetch_exchange_rate, send_welcome_email, sync_crm_contact
 
+FINISHED = {"completed", "failed", "cancelled", "retryable", "dlq"}
+
 
 class Command(BaseCommand):
-    help = "Enqueue the demo jobs and print them with their queue counts."
+    help = "Enqueue the demo jobs, run `awa_worker --burst` on them and print what ran."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--emails", type=int, default=300, help="Bulk emails to enqueue.")
 
     def handle(self, *args, **options):
         console = Console()
@@ -28,45 +38,76 @@ class Command(BaseCommand):
                 build_report.enqueue(42, sections=["summary", "revenue", "churn"]),
                 fetch_exchange_rate.enqueue("EUR", "USD"),
                 sync_crm_contact.using(run_in=dt.timedelta(minutes=5)).enqueue(7),
+                sync_crm_contact.enqueue(105),  # the CRM rate-limits this one: retried later
             ]
-            batch = awa_django.enqueue_many(
-                [sync_crm_contact.prepare(contact_id) for contact_id in range(100, 110)]
+            bulk = awa_django.enqueue_many(
+                [
+                    send_welcome_email.using(priority=3).prepare(
+                        f"user{n}@example.com", name=f"User {n}"
+                    )
+                    for n in range(options["emails"])
+                ]
             )
         console.print(
-            f"[bold]Enqueued[/bold] {len(refs)} jobs one by one and {len(batch)} with COPY "
+            f"[bold]Enqueued[/bold] {len(refs)} jobs one by one and {len(bulk)} with one COPY, "
             "in one transaction."
         )
+        console.print(
+            "Running `manage.py awa_worker --burst` (the email queue is rate limited "
+            "to 50 jobs/s in settings.AWA)."
+        )
+        runnable = [ref.id for ref in refs if ref.state == "available"] + bulk
 
-        table = Table(title="Jobs just enqueued")
-        for column in ("id", "kind", "queue", "prio", "state", "args", "kwargs"):
+        worker = subprocess.Popen(
+            [sys.executable, sys.argv[0], "awa_worker", "--burst", "--verbosity", "0"]
+        )
+        with Progress(
+            TextColumn("[bold]draining"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[states]}"),
+            TimeElapsedColumn(),
+            console=console,
+        ) as progress:
+            task = progress.add_task("drain", total=len(runnable), states="")
+            while True:
+                states = Counter(ops.get_job(job_id).state for job_id in runnable)
+                done = sum(count for state, count in states.items() if state in FINISHED)
+                progress.update(
+                    task,
+                    completed=done,
+                    states=", ".join(f"{s} {n}" for s, n in sorted(states.items())),
+                )
+                if worker.poll() is not None:
+                    break
+                time.sleep(0.1)
+        if worker.returncode != 0:
+            raise SystemExit(f"worker exited with {worker.returncode}")
+
+        table = Table(title="What ran")
+        for column in ("id", "kind", "queue", "state", "attempt", "result / last error"):
             table.add_column(column)
-        first_id = min(ref.id for ref in refs)
-        for info in ops.list_jobs(limit=500):
-            if info.id < first_id:
-                continue
+        for ref in refs:
+            info = ops.get_job(ref.id)
+            detail = info.errors[-1]["message"] if info.errors else repr(info.return_value)
             table.add_row(
                 str(info.id),
-                info.kind,
+                info.kind.rsplit(".", 1)[-1],
                 info.queue,
-                str(info.priority),
                 info.state,
-                repr(info.args),
-                repr(info.kwargs),
+                str(info.attempt),
+                detail,
             )
         console.print(table)
+        emails = Counter(ops.get_job(job_id).state for job_id in bulk)
+        console.print(f"Bulk emails: {dict(emails)}")
 
         counts = Table(title="Queue counts")
         counts.add_column("queue")
-        for state in ("available", "scheduled", "running", "completed", "failed"):
+        states = ("available", "scheduled", "running", "retryable", "completed", "failed")
+        for state in states:
             counts.add_column(state, justify="right")
         for queue in ("default", "email", "reports"):
             row = ops.queue_counts(queue)
-            counts.add_row(
-                queue,
-                *(
-                    str(row[s])
-                    for s in ("available", "scheduled", "running", "completed", "failed")
-                ),
-            )
+            counts.add_row(queue, *(str(row[state]) for state in states))
         console.print(counts)
-        console.print("Workers arrive with the runtime issue: `manage.py awa_worker --burst`.")
