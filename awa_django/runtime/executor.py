@@ -20,6 +20,7 @@ import datetime as dt
 import json
 import logging
 import traceback
+from dataclasses import replace
 from typing import Any
 
 from django.db import close_old_connections
@@ -151,6 +152,12 @@ class Executor:
             log.error("job %s (%s): %s", job.job_id, job.kind, exc)
             return failed(job, error_entry(job, exc), dlq=dlq, reason="arguments do not fit")
 
+        closure = await self._execute(definition, job, ctx, dlq=dlq)
+        if closure.target != COMPLETED:
+            closure = replace(closure, progress=ctx.progress_snapshot()[1])
+        return closure
+
+    async def _execute(self, definition: Job, job: ClaimedJob, ctx: JobContext, *, dlq: bool):
         log.debug("job %s (%s) attempt %s starting", job.job_id, job.kind, job.attempt)
         try:
             if definition.is_async:
@@ -215,4 +222,5 @@ def context_for(job: ClaimedJob) -> JobContext:
         priority=job.effective_priority,
         metadata=job.metadata,
         tags=job.tags,
+        progress=job.progress,
     )

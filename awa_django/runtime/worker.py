@@ -22,6 +22,7 @@ import contextlib
 import logging
 import os
 import signal
+from dataclasses import replace
 
 from asgiref.sync import sync_to_async
 from django.db import connections
@@ -34,6 +35,7 @@ from .dispatcher import Dispatcher
 from .executor import Executor, handed_back
 from .heartbeat import Heartbeat
 from .notifier import Notifier
+from .progress import ProgressFlusher
 from .promoter import Promoter
 
 log = logging.getLogger("awa_django.worker")
@@ -73,6 +75,7 @@ class Worker:
             )
             for policy in config.queues
         ]
+        self.progress = ProgressFlusher(self.pool, self._inflight_contexts)
         self.handed_back = 0
         self._services: list[asyncio.Task] = []
 
@@ -80,6 +83,11 @@ class Worker:
         if not self.stopping.is_set():
             log.info("worker %s stopping", self.config.runtime_id)
             self.stopping.set()
+
+    def _inflight_contexts(self):
+        for dispatcher in self.dispatchers:
+            for job, ctx, _ in list(dispatcher.inflight.values()):
+                yield job, ctx
 
     @property
     def inflight(self) -> int:
@@ -102,6 +110,7 @@ class Worker:
                 asyncio.create_task(self.notifier.run(), name="awa-notifier"),
                 asyncio.create_task(self.heartbeat.run(), name="awa-heartbeat"),
                 asyncio.create_task(self.promoter.run(), name="awa-promoter"),
+                asyncio.create_task(self.progress.run(), name="awa-progress"),
             ]
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.notifier.listening.wait(), timeout=5)
@@ -167,7 +176,10 @@ class Worker:
         for _job, ctx, task in leftovers:
             ctx.cancel()
             task.cancel()
-        closures = [handed_back(job) for job, _, _ in leftovers]
+        closures = [
+            replace(handed_back(job), progress=ctx.progress_snapshot()[1])
+            for job, ctx, _ in leftovers
+        ]
         results = await self.completer.submit_many(closures)
         self.handed_back = sum(results)
         log.warning("handed back %s unfinished jobs", self.handed_back)

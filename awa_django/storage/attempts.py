@@ -46,6 +46,7 @@ class ClaimedJob:
     metadata: dict[str, Any]
     tags: list[str]
     errors: list[dict[str, Any]]
+    progress: dict[str, Any] | None
     claim_slot: int
     created_at: dt.datetime
     deadline_at: dt.datetime | None
@@ -59,7 +60,9 @@ class Closure:
     kept as evidence (``completed``, ``retryable``, ``snoozed``,
     ``handed_back``, ...).  ``attempt`` is the attempt count stored on a
     deferred row; ``errors`` the full error history (None keeps the stored
-    one); ``result`` the JSON text of a return value.
+    one); ``result`` the JSON text of a return value; ``progress`` the
+    attempt's last progress as JSON text (None keeps what was recorded;
+    a completion clears it).
     """
 
     job_id: int
@@ -72,6 +75,7 @@ class Closure:
     errors: str | None = None
     result: str | None = None
     reason: str | None = None
+    progress: str | None = None
 
 
 async def claim(
@@ -102,9 +106,10 @@ async def claim(
             metadata=json.loads(row[9]) if row[9] else {},
             tags=list(row[10] or ()),
             errors=json.loads(row[11]) if row[11] else [],
-            claim_slot=row[12],
-            created_at=row[13],
-            deadline_at=row[14],
+            progress=json.loads(row[12]) if row[12] else None,
+            claim_slot=row[13],
+            created_at=row[14],
+            deadline_at=row[15],
         )
         for row in rows
     ]
@@ -133,6 +138,25 @@ async def close_attempts(
             [c.errors for c in closures],
             [c.result for c in closures],
             [c.reason for c in closures],
+            [c.progress for c in closures],
+        ],
+    )
+    return {(job_id, run_lease) for job_id, run_lease in await cursor.fetchall()}
+
+
+async def record_progress(
+    conn: psycopg.AsyncConnection, entries: Sequence[tuple[int, int, int, str]]
+) -> set[tuple[int, int]]:
+    """Write (job_id, run_lease, claim_slot, progress_json) of live attempts."""
+    if not entries:
+        return set()
+    cursor = await conn.execute(
+        query("runtime", "record_progress"),
+        [
+            [e[0] for e in entries],
+            [e[1] for e in entries],
+            [e[2] for e in entries],
+            [e[3] for e in entries],
         ],
     )
     return {(job_id, run_lease) for job_id, run_lease in await cursor.fetchall()}

@@ -90,3 +90,16 @@ def sleep(ctx, seconds: float, label: str = "slept") -> str:
         time.sleep(0.02)
     _record(ctx, label)
     return label
+
+
+@job(kind="testapp.checkpoint", takes_context=True)
+def checkpoint(ctx, fail_first: bool = True, hold: float = 0.0) -> dict | None:
+    """Resumes from its last checkpoint; fails once after reporting progress."""
+    _record(ctx, "checkpoint")
+    start = (ctx.progress or {}).get("checkpoint", {}).get("done", 0)
+    ctx.set_progress(50, "half way", done=start + 5)
+    if hold:
+        time.sleep(hold)
+    if fail_first and ctx.attempt == 1:
+        raise RetryAfter(0, "transient")
+    return {"resumed_from": start}

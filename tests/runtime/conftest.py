@@ -58,7 +58,6 @@ class WorkerProcess:
     def terminate(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
 
-
     def wait(self, timeout: float) -> int:
         try:
             self._output = self.proc.communicate(timeout=timeout)[0]

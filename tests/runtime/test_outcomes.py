@@ -195,3 +195,21 @@ def test_fifo_within_a_lane_and_priority_order(queue):
 
     ran = list(Execution.objects.order_by("id").values_list("job_id", flat=True))
     assert ran == high + order + low
+
+
+def test_progress_survives_a_retry_and_is_cleared_on_completion(queue):
+    ref = jobs.checkpoint.using(queue=queue).enqueue()
+    run_burst(queue)
+    info = ops.get_job(ref.id)
+    assert (info.state, info.attempt) == ("completed", 2)
+    # Attempt 2 resumed from the checkpoint attempt 1 reported.
+    assert info.return_value == {"resumed_from": 5}
+    assert info.progress is None
+
+
+def test_progress_of_a_failed_job_is_kept(queue):
+    ref = jobs.checkpoint.using(queue=queue, max_attempts=1).enqueue()
+    run_burst(queue)
+    info = ops.get_job(ref.id)
+    assert info.state == "failed"
+    assert info.progress == {"percent": 50, "message": "half way", "checkpoint": {"done": 5}}

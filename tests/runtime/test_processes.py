@@ -155,3 +155,14 @@ def test_supervisor_restarts_a_child_that_dies(queue, start_worker):
     # Clean shutdown unregisters the live children (the killed one's row stays
     # until maintenance removes stale runtimes).
     assert _runtime_pids(queue) <= {victim}
+
+
+def test_running_job_progress_is_visible(queue, start_worker):
+    ref = jobs.checkpoint.using(queue=queue).enqueue(fail_first=False, hold=3.0)
+    worker = start_worker("--queue", queue)
+    info = wait_for(lambda: (i := ops.get_job(ref.id)).progress and i)
+    assert info.state == "running"
+    assert info.progress["checkpoint"] == {"done": 5}
+    wait_for(lambda: ops.get_job(ref.id).state == "completed")
+    worker.terminate()
+    assert worker.wait(timeout=30) == 0

@@ -45,7 +45,7 @@ CREATE OR REPLACE FUNCTION awa.claim_ready(
     p_queue text, p_max integer, p_runtime uuid, p_deadline interval, p_aging interval)
 RETURNS TABLE (job_id bigint, run_lease bigint, kind text, priority smallint,
                effective_priority smallint, attempt smallint, max_attempts smallint,
-               args text, kwargs text, metadata text, tags text[], errors text,
+               args text, kwargs text, metadata text, tags text[], errors text, progress text,
                claim_slot smallint, created_at timestamptz, deadline_at timestamptz)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -117,7 +117,8 @@ BEGIN
         )
         SELECT c.job_id, c.run_lease + 1, c.kind, c.priority, v_lane.effective_priority,
                (c.attempt + 1)::smallint, c.max_attempts, c.args::text, c.kwargs::text,
-               c.metadata::text, c.tags, c.errors::text, v_claim_slot, c.created_at, v_deadline
+               c.metadata::text, c.tags, c.errors::text, c.progress::text, v_claim_slot,
+               c.created_at, v_deadline
           FROM candidates c
          WHERE NOT c.spent
          ORDER BY c.lane_seq;
@@ -143,15 +144,15 @@ $$;
 CREATE OR REPLACE FUNCTION awa.close_attempts(
     p_job_ids bigint[], p_run_leases bigint[], p_claim_slots smallint[], p_targets text[],
     p_outcomes text[], p_run_ats timestamptz[], p_attempts smallint[], p_errors text[],
-    p_results text[], p_reasons text[])
+    p_results text[], p_reasons text[], p_progress text[])
 RETURNS TABLE (job_id bigint, run_lease bigint)
 LANGUAGE sql AS $$
     WITH input AS (
         SELECT *
           FROM unnest(p_job_ids, p_run_leases, p_claim_slots, p_targets, p_outcomes, p_run_ats,
-                      p_attempts, p_errors, p_results, p_reasons)
+                      p_attempts, p_errors, p_results, p_reasons, p_progress)
                AS i(job_id, run_lease, claim_slot, target, outcome, run_at, attempt, errors,
-                    result, reason)
+                    result, reason, progress)
     ), closed AS (
         INSERT INTO awa.lease_claim_closures (claim_slot, job_id, run_lease, outcome)
         SELECT c.claim_slot, c.job_id, c.run_lease, i.outcome
@@ -172,11 +173,17 @@ LANGUAGE sql AS $$
     ), terminal AS (
         INSERT INTO awa.done_entries (ready_slot, ready_generation, job_id, run_lease, state,
                                       queue, priority, shard, lane_seq, attempt, errors,
-                                      return_value, attempted_at)
+                                      progress, return_value, attempted_at)
         SELECT w.ready_slot, w.ready_generation, w.job_id, w.run_lease, w.target, w.queue,
                w.priority, w.shard, w.lane_seq, w.claim_attempt, w.errors::jsonb,
+               CASE WHEN w.target = 'completed' THEN NULL
+                    ELSE COALESCE(w.progress::jsonb, s.progress, r.progress) END,
                w.result::json, w.claimed_at
           FROM won w
+          JOIN awa.ready_entries r
+            ON r.ready_slot = w.ready_slot AND r.queue = w.queue AND r.priority = w.priority
+           AND r.shard = w.shard AND r.lane_seq = w.lane_seq
+          LEFT JOIN awa.attempt_state s ON s.job_id = w.job_id AND s.run_lease = w.run_lease
          WHERE w.target IN ('completed', 'failed', 'cancelled')
     ), deferred AS (
         INSERT INTO awa.deferred_jobs (job_id, state, queue, priority, kind, args, kwargs,
@@ -185,12 +192,13 @@ LANGUAGE sql AS $$
                                        attempted_at)
         SELECT w.job_id, w.target, r.queue, r.priority, r.kind, r.args, r.kwargs, r.metadata,
                r.tags, w.attempt, r.max_attempts, w.run_lease, r.ordering_key,
-               COALESCE(w.errors::jsonb, r.errors), r.progress, r.created_at, w.run_at,
-               w.claimed_at
+               COALESCE(w.errors::jsonb, r.errors), COALESCE(w.progress::jsonb, s.progress, r.progress),
+               r.created_at, w.run_at, w.claimed_at
           FROM won w
           JOIN awa.ready_entries r
             ON r.ready_slot = w.ready_slot AND r.queue = w.queue AND r.priority = w.priority
            AND r.shard = w.shard AND r.lane_seq = w.lane_seq
+          LEFT JOIN awa.attempt_state s ON s.job_id = w.job_id AND s.run_lease = w.run_lease
          WHERE w.target IN ('retryable', 'scheduled')
     ), dead AS (
         INSERT INTO awa.dlq_entries (job_id, queue, priority, kind, args, kwargs, metadata,
@@ -199,15 +207,37 @@ LANGUAGE sql AS $$
                                      attempted_at)
         SELECT w.job_id, r.queue, r.priority, r.kind, r.args, r.kwargs, r.metadata, r.tags,
                w.claim_attempt, r.max_attempts, w.run_lease, r.ordering_key,
-               COALESCE(w.errors::jsonb, r.errors), r.progress, COALESCE(w.reason, 'failed'),
-               r.created_at, r.run_at, w.claimed_at
+               COALESCE(w.errors::jsonb, r.errors), COALESCE(w.progress::jsonb, s.progress, r.progress),
+               COALESCE(w.reason, 'failed'), r.created_at, r.run_at, w.claimed_at
           FROM won w
           JOIN awa.ready_entries r
             ON r.ready_slot = w.ready_slot AND r.queue = w.queue AND r.priority = w.priority
            AND r.shard = w.shard AND r.lane_seq = w.lane_seq
+          LEFT JOIN awa.attempt_state s ON s.job_id = w.job_id AND s.run_lease = w.run_lease
          WHERE w.target = 'dlq'
     )
     SELECT x.job_id, x.run_lease FROM closed x
+$$;
+
+-- Record progress of live attempts (one statement for many).  Only attempts
+-- whose receipt is still open are written; returns the ones written.
+CREATE OR REPLACE FUNCTION awa.record_progress(
+    p_job_ids bigint[], p_run_leases bigint[], p_claim_slots smallint[], p_progress text[])
+RETURNS TABLE (job_id bigint, run_lease bigint)
+LANGUAGE sql AS $$
+    INSERT INTO awa.attempt_state AS s (job_id, run_lease, progress, updated_at)
+    SELECT i.job_id, i.run_lease, i.progress::jsonb, now()
+      FROM unnest(p_job_ids, p_run_leases, p_claim_slots, p_progress)
+           AS i(job_id, run_lease, claim_slot, progress)
+     WHERE EXISTS (SELECT 1 FROM awa.lease_claims c
+                    WHERE c.claim_slot = i.claim_slot AND c.job_id = i.job_id
+                      AND c.run_lease = i.run_lease)
+       AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
+                        WHERE x.claim_slot = i.claim_slot AND x.job_id = i.job_id
+                          AND x.run_lease = i.run_lease)
+    ON CONFLICT ON CONSTRAINT attempt_state_pkey
+    DO UPDATE SET progress = EXCLUDED.progress, updated_at = EXCLUDED.updated_at
+    RETURNING s.job_id, s.run_lease
 $$;
 
 -- ---------------------------------------------------------------------------
