@@ -484,34 +484,37 @@ DECLARE
     v_salt   bigint := floor(random() * 1000000)::bigint;
     v_shards smallint[];
     v_lane   record;
-    v_first  bigint;
     l_queue  text[] := '{}';
     l_prio   smallint[] := '{}';
     l_shard  smallint[] := '{}';
     l_first  bigint[] := '{}';
+    l_count  integer[] := '{}';
 BEGIN
-    SELECT c.slot, c.generation INTO v_slot, v_gen FROM awa.queue_ring_cursor() c;
     SELECT array_agg(awa.shard_for(m.enqueue_shards, j.okey, v_salt + j.n) ORDER BY j.n)
       INTO v_shards
       FROM unnest(p_queues, p_ordering_keys) WITH ORDINALITY AS j(queue, okey, n)
       LEFT JOIN awa.queue_meta m ON m.queue = j.queue;
 
+    -- Reserve every lane first (this may wait for other producers), then read
+    -- the ring cursor, so the rows land in the slot that is current now.
     FOR v_lane IN
         SELECT j.queue, j.priority, j.shard, count(*)::integer AS n
           FROM unnest(p_queues, p_priorities, v_shards) AS j(queue, priority, shard)
          GROUP BY j.queue, j.priority, j.shard
          ORDER BY j.queue, j.priority, j.shard
     LOOP
-        v_first := awa.reserve_lane(v_lane.queue, v_lane.priority, v_lane.shard, v_lane.n);
-        INSERT INTO awa.ready_segments (ready_slot, ready_generation, queue, priority, shard,
-                                        start_seq, end_seq, run_at)
-        VALUES (v_slot, v_gen, v_lane.queue, v_lane.priority, v_lane.shard,
-                v_first, v_first + v_lane.n, now());
         l_queue := l_queue || v_lane.queue;
         l_prio := l_prio || v_lane.priority;
         l_shard := l_shard || v_lane.shard;
-        l_first := l_first || v_first;
+        l_first := l_first || awa.reserve_lane(v_lane.queue, v_lane.priority, v_lane.shard,
+                                               v_lane.n);
+        l_count := l_count || v_lane.n;
     END LOOP;
+    SELECT c.slot, c.generation INTO v_slot, v_gen FROM awa.queue_ring_cursor() c;
+    INSERT INTO awa.ready_segments (ready_slot, ready_generation, queue, priority, shard,
+                                    start_seq, end_seq, run_at)
+    SELECT v_slot, v_gen, l.queue, l.priority, l.shard, l.first, l.first + l.n, now()
+      FROM unnest(l_queue, l_prio, l_shard, l_first, l_count) AS l(queue, priority, shard, first, n);
 
     PERFORM pg_notify(awa.queue_channel(d.queue), '')
        FROM (SELECT DISTINCT unnest(p_queues)) AS d(queue);

@@ -255,11 +255,12 @@ DECLARE
     v_slot   smallint;
     v_gen    bigint;
     v_lane   record;
-    v_first  bigint;
     l_queue  text[] := '{}';
     l_prio   smallint[] := '{}';
     l_shard  smallint[] := '{}';
     l_first  bigint[] := '{}';
+    l_count  integer[] := '{}';
+    l_run_at timestamptz[] := '{}';
 BEGIN
     WITH due AS (
         DELETE FROM awa.deferred_jobs d
@@ -275,7 +276,6 @@ BEGIN
         RETURN 0;
     END IF;
 
-    SELECT c.slot, c.generation INTO v_slot, v_gen FROM awa.queue_ring_cursor() c;
     SELECT array_agg(awa.shard_for(m.enqueue_shards, d.ordering_key, d.job_id) ORDER BY d.ordinality)
       INTO v_shards
       FROM unnest(v_rows) WITH ORDINALITY AS d
@@ -288,16 +288,21 @@ BEGIN
          GROUP BY d.queue, d.priority, s.shard
          ORDER BY d.queue, d.priority, s.shard
     LOOP
-        v_first := awa.reserve_lane(v_lane.queue, v_lane.priority, v_lane.shard, v_lane.n);
-        INSERT INTO awa.ready_segments (ready_slot, ready_generation, queue, priority, shard,
-                                        start_seq, end_seq, run_at)
-        VALUES (v_slot, v_gen, v_lane.queue, v_lane.priority, v_lane.shard,
-                v_first, v_first + v_lane.n, v_lane.run_at);
         l_queue := l_queue || v_lane.queue;
         l_prio := l_prio || v_lane.priority;
         l_shard := l_shard || v_lane.shard;
-        l_first := l_first || v_first;
+        l_first := l_first || awa.reserve_lane(v_lane.queue, v_lane.priority, v_lane.shard,
+                                               v_lane.n);
+        l_count := l_count || v_lane.n;
+        l_run_at := l_run_at || v_lane.run_at;
     END LOOP;
+    -- The cursor is read after the lane reservations (which may wait).
+    SELECT c.slot, c.generation INTO v_slot, v_gen FROM awa.queue_ring_cursor() c;
+    INSERT INTO awa.ready_segments (ready_slot, ready_generation, queue, priority, shard,
+                                    start_seq, end_seq, run_at)
+    SELECT v_slot, v_gen, l.queue, l.priority, l.shard, l.first, l.first + l.n, l.run_at
+      FROM unnest(l_queue, l_prio, l_shard, l_first, l_count, l_run_at)
+           AS l(queue, priority, shard, first, n, run_at);
 
     INSERT INTO awa.ready_entries (ready_slot, ready_generation, queue, priority, shard, lane_seq,
                                    job_id, kind, args, kwargs, metadata, tags, attempt,
