@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from ..conf import AwaSettings, QueueConfig
 from ..exceptions import InvalidJob
 from ..payload import check_queue
+from .maintenance import MaintenanceConfig
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class WorkerConfig:
     completion_batch_size: int = 512
     completion_flush_interval: float = 0.001
     runtime_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    maintenance: MaintenanceConfig | None = None
 
     @property
     def queue_names(self) -> list[str]:
@@ -86,6 +88,7 @@ def build_config(
     queues: list[str] | None = None,
     burst: bool = False,
     shutdown_timeout: float = 30.0,
+    maintenance: bool = True,
 ) -> WorkerConfig:
     """Worker configuration for ``queues`` (``NAME[:N]``; default: every configured queue)."""
     selected = (
@@ -99,7 +102,12 @@ def build_config(
         )
         for name, count in dict(selected).items()
     )
+    runtime_id = uuid.uuid4()
     return WorkerConfig(
+        runtime_id=runtime_id,
+        maintenance=(
+            MaintenanceConfig.from_settings(settings, conninfo, runtime_id) if maintenance else None
+        ),
         queues=policies,
         conninfo=conninfo,
         database=settings.database,

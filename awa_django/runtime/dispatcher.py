@@ -18,6 +18,7 @@ import asyncio
 import logging
 import time
 import uuid
+from datetime import UTC, datetime
 
 from psycopg_pool import AsyncConnectionPool
 
@@ -126,6 +127,12 @@ class Dispatcher:
         for job in jobs:
             ctx = context_for(job)
             task = asyncio.create_task(self._run_job(job, ctx), name=f"awa-job-{job.job_id}")
+            if job.deadline_at is not None:
+                # Tell the handler when its deadline passes; the leader's
+                # deadline rescue closes the attempt itself.
+                delay = (job.deadline_at - datetime.now(UTC)).total_seconds()
+                timer = asyncio.get_running_loop().call_later(max(delay, 0), ctx.cancel)
+                task.add_done_callback(lambda _task, timer=timer: timer.cancel())
             self.inflight[(job.job_id, job.run_lease)] = (job, ctx, task)
         return jobs
 

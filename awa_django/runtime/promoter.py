@@ -1,26 +1,21 @@
-"""Promotion of due deferred jobs (scheduled, retry backoff, snooze).
+"""Promotion of due deferred jobs (scheduled, retry backoff, snooze) on demand.
 
-This is the maintenance leader's task; until leader election exists every
-worker runs it.  ``awa.promote_due`` takes rows with SKIP LOCKED, so any
-number of promoters can run at once without double-promoting.
+The maintenance leader promotes on its own schedule; a ``--burst`` worker
+also calls :meth:`Promoter.run_once` before deciding its queues are empty, so
+a burst run drains due retries without waiting for a leader.
+``awa.promote_due`` takes rows with SKIP LOCKED, so promoters never collide.
 """
 
 from __future__ import annotations
-
-import asyncio
-import logging
 
 from psycopg_pool import AsyncConnectionPool
 
 from ..storage.attempts import promote_due
 
-log = logging.getLogger("awa_django.worker")
-
 
 class Promoter:
-    def __init__(self, pool: AsyncConnectionPool, interval: float, batch_size: int = 1000) -> None:
+    def __init__(self, pool: AsyncConnectionPool, batch_size: int = 1000) -> None:
         self._pool = pool
-        self.interval = interval
         self.batch_size = batch_size
 
     async def run_once(self) -> int:
@@ -32,11 +27,3 @@ class Promoter:
                 moved += count
                 if count < self.batch_size:
                     return moved
-
-    async def run(self) -> None:
-        while True:
-            try:
-                await self.run_once()
-            except Exception as exc:
-                log.warning("promotion failed: %s", exc)
-            await asyncio.sleep(self.interval)

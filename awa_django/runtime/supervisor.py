@@ -44,7 +44,11 @@ class Supervisor:
         self.restarts = 0
 
     def _spawn(self, slot: int) -> None:
-        config = dataclasses.replace(self.config, runtime_id=uuid.uuid4())
+        runtime_id = uuid.uuid4()
+        maintenance = self.config.maintenance
+        if maintenance is not None:
+            maintenance = dataclasses.replace(maintenance, runtime_id=runtime_id)
+        config = dataclasses.replace(self.config, runtime_id=runtime_id, maintenance=maintenance)
         process = self._ctx.Process(target=_child, args=(config,), name=f"awa-worker-{slot}")
         process.start()
         self._children[slot] = process

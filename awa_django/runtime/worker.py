@@ -2,7 +2,9 @@
 
 Start-up: open the connection pool, register in ``runtime_instances``, then
 run the notifier (LISTEN), one dispatcher per queue, the completion batcher,
-the heartbeat and the deferred-job promoter.
+the heartbeat, the progress flusher and (unless ``--no-maintenance``) a
+maintenance-leader candidate.  ``--burst`` also promotes due deferred jobs
+itself before deciding the queues are empty, so it never waits on a leader.
 
 Shutdown (SIGTERM/SIGINT, or ``--burst`` finding nothing left):
 
@@ -34,6 +36,7 @@ from .config import WorkerConfig
 from .dispatcher import Dispatcher
 from .executor import Executor, handed_back
 from .heartbeat import Heartbeat
+from .maintenance import Maintenance
 from .notifier import Notifier
 from .progress import ProgressFlusher
 from .promoter import Promoter
@@ -59,8 +62,11 @@ class Worker:
         self.completer = BatchCompleter(
             self.pool, config.completion_batch_size, config.completion_flush_interval
         )
-        self.heartbeat = Heartbeat(self.pool, config.runtime_id, config.heartbeat_interval)
-        self.promoter = Promoter(self.pool, config.promote_interval, config.promote_batch_size)
+        self.heartbeat = Heartbeat(
+            self.pool, config.runtime_id, config.heartbeat_interval, self._inflight_contexts
+        )
+        self.maintenance = Maintenance(config.maintenance) if config.maintenance else None
+        self.promoter = Promoter(self.pool, config.promote_batch_size)
         self.wakeups = {policy.name: asyncio.Event() for policy in config.queues}
         self.notifier = Notifier(config.conninfo, self.wakeups)
         self.dispatchers = [
@@ -109,9 +115,12 @@ class Worker:
             self._services = [
                 asyncio.create_task(self.notifier.run(), name="awa-notifier"),
                 asyncio.create_task(self.heartbeat.run(), name="awa-heartbeat"),
-                asyncio.create_task(self.promoter.run(), name="awa-promoter"),
                 asyncio.create_task(self.progress.run(), name="awa-progress"),
             ]
+            if self.maintenance is not None:
+                self._services.append(
+                    asyncio.create_task(self.maintenance.run(), name="awa-maintenance")
+                )
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.notifier.listening.wait(), timeout=5)
             dispatching = [

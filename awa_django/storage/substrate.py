@@ -19,7 +19,7 @@ from ..sql import query, schema_file
 from .connection import django_connection
 
 # The substrate version this code needs (the last vNNN file).
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 class RunAwaSQL(migrations.RunSQL):

@@ -36,7 +36,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--no-maintenance",
             action="store_true",
-            help="Never run cluster maintenance in this process.",
+            help="Never compete for the maintenance leadership in this process.",
         )
         parser.add_argument("--database", default=None, help="Database alias holding the queue.")
 
@@ -57,6 +57,7 @@ class Command(BaseCommand):
                 queues=options["queues"],
                 burst=options["burst"],
                 shutdown_timeout=options["shutdown_timeout"],
+                maintenance=not options["no_maintenance"],
             )
         except InvalidJob as exc:
             raise CommandError(str(exc)) from None

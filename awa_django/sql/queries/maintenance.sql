@@ -1,0 +1,65 @@
+-- Maintenance-leader statements, run on the leader's dedicated connection.
+
+-- name: try_lead
+SELECT pg_try_advisory_lock(%s)
+
+-- name: release_lead
+SELECT pg_advisory_unlock(%s)
+
+-- name: ensure_ring_partitions
+SELECT awa.ensure_ring_partitions(%s, %s)
+
+-- name: rotate_ring
+SELECT awa.rotate_ring(%s)
+
+-- name: prune_ring
+SELECT awa.prune_ring(%s, %s, make_interval(secs => %s))
+
+-- name: rescue_attempts
+SELECT awa.rescue_attempts(%s, make_interval(secs => %s), %s, %s::text[], %s::text[], %s)
+
+-- name: closed_attempts
+SELECT job_id, run_lease
+  FROM awa.closed_attempts(%s::bigint[], %s::bigint[], %s::smallint[])
+
+-- name: cleanup
+SELECT awa.cleanup(make_interval(secs => %s), make_interval(secs => %s), %s)
+
+-- name: leader
+SELECT a.application_name, a.pid, a.backend_start
+  FROM pg_locks l
+  JOIN pg_stat_activity a ON a.pid = l.pid
+ WHERE l.locktype = 'advisory' AND l.granted
+   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+   AND ((l.classid::bigint << 32) | l.objid::bigint) = %s
+
+-- name: ring_cursors
+SELECT ring, (awa.ring_cursor(ring)).slot, (awa.ring_cursor(ring)).generation,
+       (awa.ring_cursor(ring)).rotated_at, slot_count
+  FROM awa.ring_config ORDER BY ring
+
+-- name: ring_status
+SELECT ring, action, outcome, slot, generation, at, truncations, rotations
+  FROM awa.ring_status ORDER BY ring, action
+
+-- name: table_stats
+SELECT s.relname, s.n_live_tup, s.n_dead_tup, s.n_tup_upd, s.n_tup_del, s.n_tup_ins,
+       pg_total_relation_size(s.relid)
+  FROM pg_stat_user_tables s
+ WHERE s.schemaname = 'awa'
+ ORDER BY s.relname
+
+-- name: schema_size
+SELECT COALESCE(sum(pg_total_relation_size(c.oid)), 0)::bigint
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = 'awa' AND c.relkind IN ('r', 'm')
+
+-- name: backlog
+SELECT (SELECT count(*) FROM awa.deferred_jobs),
+       (SELECT count(*) FROM awa.deferred_jobs WHERE run_at <= clock_timestamp()),
+       (SELECT count(*) FROM awa.lease_claims c
+         WHERE NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
+                            WHERE x.claim_slot = c.claim_slot AND x.job_id = c.job_id
+                              AND x.run_lease = c.run_lease)),
+       (SELECT count(*) FROM awa.runtime_instances),
+       (SELECT count(*) FROM awa.dlq_entries)

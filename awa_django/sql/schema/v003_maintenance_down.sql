@@ -1,0 +1,21 @@
+-- Reverse of v003_maintenance.sql.
+SET LOCAL client_min_messages = warning;
+SELECT pg_advisory_xact_lock(hashtext('awa_django.substrate'));
+DROP FUNCTION IF EXISTS awa.cleanup(interval, interval, integer);
+DROP FUNCTION IF EXISTS awa.closed_attempts(bigint[], bigint[], smallint[]);
+DROP FUNCTION IF EXISTS awa.rescue_attempts(text, interval, boolean, text[], text[], integer);
+DROP FUNCTION IF EXISTS awa.carry_forward_and_fold(integer, integer, bigint, interval);
+DROP FUNCTION IF EXISTS awa.ring_slot_busy(text, integer, timestamptz);
+DROP FUNCTION IF EXISTS awa.prune_ring(text, integer, interval);
+DROP FUNCTION IF EXISTS awa.truncate_ring_slot(text, integer);
+DROP FUNCTION IF EXISTS awa.lock_ring_slot(text, integer, integer);
+DROP FUNCTION IF EXISTS awa.queue_slot_busy(integer);
+DROP FUNCTION IF EXISTS awa.rotate_ring(text);
+DROP FUNCTION IF EXISTS awa.record_ring_outcome(text, text, text, integer, bigint);
+DROP FUNCTION IF EXISTS awa.ring_slot_empty(text, integer);
+DROP FUNCTION IF EXISTS awa.ring_cursor(text);
+DROP FUNCTION IF EXISTS awa.ring_lock_key(text);
+DROP INDEX IF EXISTS awa.lease_claims_ready_slot_idx;
+DROP TABLE IF EXISTS awa.ring_status;
+DROP TABLE IF EXISTS awa.queue_terminal_rollups;
+UPDATE awa.substrate_info SET schema_version = 2;
