@@ -85,7 +85,7 @@ def list_jobs(
 def queue_counts(queue: str, database: str | None = None) -> dict[str, int]:
     counts = dict.fromkeys(JOB_STATES, 0)
     with django_connection(database).cursor() as cursor:
-        cursor.execute(query("jobs", "queue_counts"), [queue])
+        cursor.execute(query("jobs", "queue_counts"), {"queue": queue})
         for state, count in cursor.fetchall():
             counts[state] = count
     return counts

@@ -103,3 +103,13 @@ def checkpoint(ctx, fail_first: bool = True, hold: float = 0.0) -> dict | None:
     if fail_first and ctx.attempt == 1:
         raise RetryAfter(0, "transient")
     return {"resumed_from": start}
+
+
+@job(kind="testapp.noop_async")
+async def noop_async(n: int = 0) -> None:
+    return None
+
+
+@job(kind="testapp.noop")
+def noop(n: int = 0) -> None:
+    return None

@@ -76,6 +76,9 @@ AWA = {
         "reports": {"max_workers": 4},
     },
 }
+# Tests start worker processes with extra AWA keys (short heartbeats, fast
+# ring rotation) through this variable: a JSON object merged into AWA.
+AWA.update(env.json("AWA_SETTINGS_JSON", default={}))
 
 LOGGING = {
     "version": 1,

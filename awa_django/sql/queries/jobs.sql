@@ -20,4 +20,9 @@ SELECT id, kind, queue, priority, state, attempt, max_attempts, run_lease,
  LIMIT %(limit)s
 
 -- name: queue_counts
-SELECT state, count(*) FROM awa.jobs WHERE queue = %s GROUP BY state
+-- Live rows from the view plus the permanent counts of pruned terminal rows.
+SELECT state, sum(n)::bigint
+  FROM (SELECT state, count(*) AS n FROM awa.jobs WHERE queue = %(queue)s GROUP BY state
+        UNION ALL
+        SELECT state, count FROM awa.queue_terminal_rollups WHERE queue = %(queue)s) AS c
+ GROUP BY state

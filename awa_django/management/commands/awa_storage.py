@@ -1,0 +1,73 @@
+"""``manage.py awa_storage status [--json]``: rings, leader, backlog, dead tuples."""
+
+from __future__ import annotations
+
+import json
+
+from django.core.management.base import BaseCommand
+from rich.console import Console
+from rich.table import Table
+
+from awa_django.storage.status import storage_status
+
+
+class Command(BaseCommand):
+    help = "Show the queue-storage state: ring cursors and outcomes, leader, backlog."
+
+    def add_arguments(self, parser):
+        sub = parser.add_subparsers(dest="action", required=True)
+        status = sub.add_parser("status", help="Ring cursors, outcomes, occupancy, dead tuples.")
+        status.add_argument("--json", action="store_true", help="One JSON document on stdout.")
+        status.add_argument("--database", default=None, help="Database alias holding the queue.")
+
+    def handle(self, *args, **options):
+        report = storage_status(options["database"])
+        if options["json"]:
+            self.stdout.write(json.dumps(report, indent=2))
+            return
+        console = Console(file=self.stdout, width=120)
+        rings = Table(title="Rings")
+        for column in (
+            "ring",
+            "slot/gen",
+            "last rotate",
+            "last prune",
+            "rotations",
+            "truncations",
+            "rows per slot",
+        ):
+            rings.add_column(column)
+        for name, ring in report["rings"].items():
+            rings.add_row(
+                name,
+                f"{ring['slot']}/{ring['generation']} of {ring['slot_count']}",
+                (ring["rotate"] or {}).get("outcome", "-"),
+                (ring["prune"] or {}).get("outcome", "-"),
+                str(ring["rotations"]),
+                str(ring["truncations"]),
+                " ".join(str(n) for n in ring["occupancy"]),
+            )
+        console.print(rings)
+        leader = report["leader"]
+        console.print(
+            f"Leader: {leader['application_name']} (pid {leader['pid']})"
+            if leader
+            else "Leader: none (no process runs maintenance)"
+        )
+        console.print(
+            f"Deferred: {report['deferred']['total']} ({report['deferred']['due']} due)  "
+            f"Open receipts: {report['open_receipts']}  Runtimes: {report['runtimes']}  "
+            f"DLQ: {report['dlq']}"
+        )
+        hot = Table(title="Hot tables (all partitions)")
+        for column in ("table", "live", "dead", "updates", "deletes"):
+            hot.add_column(column, justify="right")
+        for name, values in report["hot_tables"].items():
+            hot.add_row(
+                name, *(str(values.get(k, 0)) for k in ("live", "dead", "updates", "deletes"))
+            )
+        console.print(hot)
+        console.print(
+            f"Dead tuples in schema awa: {report['dead_tuples']}   "
+            f"Schema size: {report['schema_bytes'] / 1024 / 1024:.1f} MiB"
+        )
