@@ -1,4 +1,4 @@
-"""Shared fixtures: unique queue names, raw connections, subprocess helpers.
+"""Shared fixtures: unique queue names, raw connections, real workers.
 
 The suite runs against a real PostgreSQL: the database of ``DATABASE_URL``
 hosts a fresh test database per run (named in testproject/settings.py), built
@@ -7,9 +7,13 @@ by the migrations.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import os
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -17,6 +21,9 @@ import psycopg
 import pytest
 from django.db import connection
 
+from awa_django.conf import awa_settings
+from awa_django.runtime.config import build_config
+from awa_django.runtime.worker import Worker
 from awa_django.storage import substrate
 from awa_django.storage.connection import conninfo
 
@@ -75,3 +82,85 @@ def manage(
         timeout=timeout,
         check=False,
     )
+
+
+# --- real workers: in-process (run_burst) and as OS processes (start_worker) ---
+
+
+def worker_config(queue: str, *, burst: bool = True, **policy_changes):
+    config = build_config(awa_settings(), conninfo(), queues=[queue], burst=burst)
+    policy = dataclasses.replace(config.queues[0], **policy_changes)
+    return dataclasses.replace(config, queues=(policy,))
+
+
+def run_burst(queue: str, timeout: float = 60, **policy_changes) -> Worker:
+    """Run an in-process worker on ``queue`` until it is empty; returns it."""
+    worker = Worker(worker_config(queue, **policy_changes))
+
+    async def main():
+        await asyncio.wait_for(worker.run(), timeout)
+
+    asyncio.run(main())
+    return worker
+
+
+class WorkerProcess:
+    def __init__(self, *args: str, env: dict | None = None) -> None:
+        full_env = dict(os.environ)
+        full_env["DATABASE_URL"] = database_url()
+        full_env.update(env or {})
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "testproject" / "manage.py"), "awa_worker", *args],
+            env=full_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self._output: str | None = None
+
+    def terminate(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+
+    def wait(self, timeout: float) -> int:
+        try:
+            self._output = self.proc.communicate(timeout=timeout)[0]
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self._output = self.proc.communicate()[0]
+            pytest.fail(f"worker did not exit within {timeout}s:\n{self._output[-4000:]}")
+        return self.proc.returncode
+
+    def output(self) -> str:
+        if self._output is None:
+            self.wait(timeout=60)
+        return self._output or ""
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        if self._output is None:
+            self._output = self.proc.communicate()[0]
+
+
+@pytest.fixture
+def start_worker():
+    started: list[WorkerProcess] = []
+
+    def start(*args: str, env: dict | None = None) -> WorkerProcess:
+        worker = WorkerProcess(*args, env=env)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.kill()
+
+
+def wait_for(predicate, timeout: float = 30, interval: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    pytest.fail(f"condition not met within {timeout}s")

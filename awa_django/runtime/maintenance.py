@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -132,7 +133,8 @@ class Maintenance:
             self._conn = await psycopg.AsyncConnection.connect(
                 self.config.conninfo,
                 autocommit=True,
-                application_name=f"awa-maintenance {self.config.runtime_id}",
+                # pid first: operators (and tests) can tell which process leads.
+                application_name=f"awa-maintenance {os.getpid()} {self.config.runtime_id}",
                 **KEEPALIVES,
             )
         return self._conn

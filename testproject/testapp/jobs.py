@@ -113,3 +113,20 @@ async def noop_async(n: int = 0) -> None:
 @job(kind="testapp.noop")
 def noop(n: int = 0) -> None:
     return None
+
+
+@job(kind="testapp.crashable", takes_context=True)
+def crashable(ctx, first_attempt_seconds: float) -> str:
+    """Slow on its first attempt (so a test can kill the worker mid-run), quick after."""
+    _record(ctx, "started")
+    time.sleep(first_attempt_seconds if ctx.attempt == 1 else 0.01)
+    _record(ctx, "finished")
+    return "done"
+
+
+@job(kind="testapp.overrun", takes_context=True)
+def overrun(ctx, seconds: float) -> bool:
+    """Ignores its deadline, then reports whether it was told to stop."""
+    time.sleep(seconds)
+    _record(ctx, f"cancelled={ctx.is_cancelled()}")
+    return ctx.is_cancelled()

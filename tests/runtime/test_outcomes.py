@@ -13,8 +13,7 @@ from awa_django import ops
 from awa_django.jobs import PreparedJob
 from awa_django.runtime.backoff import MAX_BACKOFF, retry_delay
 from awa_django.storage.enqueue import enqueue_one
-
-from .conftest import run_burst
+from tests.conftest import run_burst
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

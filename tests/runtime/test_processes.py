@@ -18,8 +18,7 @@ from awa_django.runtime.completer import BatchCompleter
 from awa_django.runtime.executor import completed, retry_or_fail
 from awa_django.storage.attempts import claim
 from awa_django.storage.connection import conninfo
-
-from .conftest import wait_for
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

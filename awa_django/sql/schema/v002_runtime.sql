@@ -134,7 +134,8 @@ $$;
 
 -- Close a batch of attempts, each with its own target:
 --   completed / failed / cancelled  -> terminal row in the ready slot's done_entries
---   retryable / scheduled           -> deferred_jobs row (run_at = p_run_ats[i])
+--   retryable / scheduled           -> deferred_jobs row (run_at = p_run_ats[i],
+--                                      NULL meaning now)
 --   dlq                             -> dlq_entries row
 -- p_attempts is the attempt count to store on a deferred row (a snooze or
 -- hand-back passes the count before this attempt, so it is not counted).
@@ -193,7 +194,7 @@ LANGUAGE sql AS $$
         SELECT w.job_id, w.target, r.queue, r.priority, r.kind, r.args, r.kwargs, r.metadata,
                r.tags, w.attempt, r.max_attempts, w.run_lease, r.ordering_key,
                COALESCE(w.errors::jsonb, r.errors), COALESCE(w.progress::jsonb, s.progress, r.progress),
-               r.created_at, w.run_at, w.claimed_at
+               r.created_at, COALESCE(w.run_at, clock_timestamp()), w.claimed_at
           FROM won w
           JOIN awa.ready_entries r
             ON r.ready_slot = w.ready_slot AND r.queue = w.queue AND r.priority = w.priority

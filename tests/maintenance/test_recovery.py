@@ -1,0 +1,197 @@
+"""Crash recovery, deadlines, leader failover and a pinned MVCC horizon."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psycopg
+import pytest
+from django.test import override_settings
+from testapp import jobs
+from testapp.models import Execution
+
+import awa_django
+from awa_django import ops
+from awa_django.runtime.worker import Worker
+from awa_django.storage.connection import conninfo
+from tests.conftest import ROOT, database_url, wait_for, worker_config
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+FAST = {
+    "HEARTBEAT_INTERVAL": 0.3,
+    "HEARTBEAT_STALENESS": 1.5,
+    "HEARTBEAT_RESCUE_INTERVAL": 0.3,
+    "DEADLINE_RESCUE_INTERVAL": 0.2,
+    "PROMOTE_INTERVAL": 0.1,
+    "QUEUE_ROTATE_INTERVAL": 0.1,
+    "CLAIM_ROTATE_INTERVAL": 0.1,
+    "LEASE_ROTATE_INTERVAL": 0.1,
+}
+
+
+@pytest.fixture(autouse=True)
+def _clean(reset_awa):
+    yield
+
+
+def _leader(conn) -> int | None:
+    row = conn.execute(
+        "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+        " WHERE l.locktype = 'advisory' AND l.granted"
+        " AND ((l.classid::bigint << 32) | l.objid::bigint) = %s",
+        [0x4157415F4D41494E],
+    ).fetchone()
+    return int(row[0].split()[1]) if row else None
+
+
+def test_kill_9_mid_batch_rescues_and_completes_every_job(queue, start_worker):
+    ids = awa_django.enqueue_many(
+        [jobs.crashable.using(queue=queue).prepare(30.0) for _ in range(12)]
+    )
+    env = {"AWA_SETTINGS_JSON": json.dumps(FAST)}
+    doomed = start_worker("--queue", f"{queue}:12", "--no-maintenance", env=env)
+    wait_for(lambda: Execution.objects.filter(label="started").count() == 12)
+    doomed.proc.kill()  # SIGKILL: no shutdown, receipts stay open
+    doomed.wait(timeout=10)
+
+    rescuer = start_worker("--queue", f"{queue}:8", env=env)
+    wait_for(lambda: all(ops.get_job(i).state == "completed" for i in ids), timeout=60)
+    rescuer.terminate()
+    assert rescuer.wait(timeout=30) == 0
+
+    for job_id in ids:
+        info = ops.get_job(job_id)
+        runs = list(
+            Execution.objects.filter(job_id=job_id, label="started").values_list(
+                "attempt", flat=True
+            )
+        )
+        # At most one run per attempt, and exactly one finished run.
+        assert len(runs) == len(set(runs)), (job_id, runs)
+        assert Execution.objects.filter(job_id=job_id, label="finished").count() == 1
+        # Every job was mid-flight in the killed worker: rescued, then run again.
+        assert runs == [1, 2]
+        assert info.attempt == 2
+        assert info.errors[0]["type"] == "awa_django.stale_heartbeat"
+
+
+def test_deadline_rescue_closes_the_attempt_and_the_handler_is_told(queue):
+    ref = jobs.overrun.using(queue=queue, max_attempts=1).enqueue(2.0)
+    with override_settings(AWA={**FAST, "QUEUES": {queue: {"deadline": 0.5}}}):
+        worker = Worker(worker_config(queue, burst=True))
+        asyncio.run(asyncio.wait_for(worker.run(), 60))
+
+    info = ops.get_job(ref.id)
+    assert (info.state, info.attempt) == ("failed", 1)
+    assert info.errors[0]["type"] == "awa_django.deadline_expired"
+    # The handler's own completion arrived after the rescue and was rejected.
+    assert worker.completer.stale == 1
+    assert list(Execution.objects.values_list("label", flat=True)) == ["cancelled=True"]
+
+
+def test_leader_failover(start_worker):
+    env = dict(os.environ, DATABASE_URL=database_url(), AWA_SETTINGS_JSON=json.dumps(FAST))
+    command = [sys.executable, str(ROOT / "testproject" / "manage.py"), "awa_maintenance"]
+    procs = [
+        subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(2)
+    ]
+    try:
+        with psycopg.connect(conninfo(), autocommit=True) as conn:
+            first = wait_for(lambda: _leader(conn))
+            assert first in {p.pid for p in procs}
+            os.kill(first, signal.SIGKILL)
+            killed_at = time.monotonic()
+            second = wait_for(lambda: (pid := _leader(conn)) and pid != first and pid)
+            failover = time.monotonic() - killed_at
+        assert second in {p.pid for p in procs} - {first}
+        # Documented bound: one election interval (1 s) after the session ends.
+        assert failover < 5, failover
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            assert proc.wait(timeout=30) in (0, -signal.SIGKILL)
+
+
+def test_pinned_horizon_loses_nothing_and_pruning_resumes(queue):
+    def status(conn):
+        return dict(
+            conn.execute(
+                "SELECT ring, truncations FROM awa.ring_status WHERE action = 'prune'"
+            ).fetchall()
+        )
+
+    with (
+        psycopg.connect(conninfo(), autocommit=True) as observer,
+        psycopg.connect(conninfo()) as pinned,
+    ):
+        pinned.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        pinned.execute("SELECT txid_current()")  # holds back the MVCC horizon
+        before = status(observer)
+        with override_settings(AWA=FAST):
+            produced = _produce_and_drain(queue, batches=20, per_batch=100)
+        assert ops.queue_counts(queue)["completed"] == produced
+        during = status(observer)
+        # Nothing sealed after the pin could be truncated.
+        assert during.get("queue", 0) == before.get("queue", 0)
+        pinned.rollback()
+
+        with override_settings(AWA=FAST):
+            _produce_and_drain(queue, batches=20, per_batch=20)
+        after = status(observer)
+        assert after.get("queue", 0) > during.get("queue", 0)
+        assert after.get("claim", 0) > during.get("claim", 0)
+    assert ops.queue_counts(queue)["completed"] == produced + 400
+
+
+def _produce_and_drain(queue: str, *, batches: int, per_batch: int) -> int:
+    """Run a worker (with maintenance) while a producer keeps enqueueing."""
+    from django.db import connections
+
+    worker = Worker(worker_config(queue, burst=False, max_workers=64, claim_batch_size=128))
+    total = batches * per_batch
+
+    def produce():
+        try:
+            for _ in range(batches):
+                awa_django.enqueue_many(
+                    [jobs.noop_async.using(queue=queue).prepare() for _ in range(per_batch)]
+                )
+                time.sleep(0.05)
+        finally:
+            connections.close_all()
+
+    async def main():
+        running = asyncio.create_task(worker.run())
+        await asyncio.get_running_loop().run_in_executor(None, produce)
+        deadline = time.monotonic() + 120
+        while worker.completed < total and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(1.0)  # a few more maintenance ticks
+        worker.request_stop()
+        await running
+
+    asyncio.run(main())
+    assert worker.completed == total
+    return total
+
+
+def test_cleanup_removes_stale_runtimes(queue):
+    with psycopg.connect(conninfo(), autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO awa.runtime_instances (id, hostname, pid, queues, heartbeat_at)"
+            " VALUES (gen_random_uuid(), 'gone', 1, '{}', now() - interval '1 day'),"
+            "        (gen_random_uuid(), 'alive', 2, '{}', now())"
+        )
+        conn.execute("SELECT awa.cleanup(interval '1 hour', interval '30 days', 100)")
+        hosts = [h for (h,) in conn.execute("SELECT hostname FROM awa.runtime_instances")]
+    assert hosts == ["alive"]
