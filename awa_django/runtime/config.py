@@ -60,6 +60,8 @@ class WorkerConfig:
     completion_flush_interval: float = 0.001
     runtime_id: uuid.UUID = field(default_factory=uuid.uuid4)
     maintenance: MaintenanceConfig | None = None
+    # Extra modules defining jobs, imported before work starts (``--import``).
+    imports: tuple[str, ...] = ()
 
     @property
     def queue_names(self) -> list[str]:
@@ -89,6 +91,7 @@ def build_config(
     burst: bool = False,
     shutdown_timeout: float = 30.0,
     maintenance: bool = True,
+    imports: tuple[str, ...] = (),
 ) -> WorkerConfig:
     """Worker configuration for ``queues`` (``NAME[:N]``; default: every configured queue)."""
     selected = (
@@ -109,6 +112,7 @@ def build_config(
             MaintenanceConfig.from_settings(settings, conninfo, runtime_id) if maintenance else None
         ),
         queues=policies,
+        imports=tuple(imports),
         conninfo=conninfo,
         database=settings.database,
         burst=burst,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import os
 import signal
@@ -206,4 +207,6 @@ async def close_handler_connections() -> None:
 
 def run_worker(config: WorkerConfig) -> int:
     """Run one worker process until it is stopped; returns its exit code."""
+    for module in config.imports:
+        importlib.import_module(module)
     return asyncio.run(Worker(config).run())

@@ -115,3 +115,14 @@ def storage_status(database: str | None = None) -> dict[str, Any]:
         "dead_tuples": sum(values["dead"] for values in stats.values()),
         "schema_bytes": size,
     }
+
+
+def pg_counters(database: str | None = None) -> tuple[str, int]:
+    """(current WAL position, committed transactions of this database)."""
+    with django_connection(database).cursor() as cursor:
+        return _rows(cursor, "pg_counters")[0]
+
+
+def wal_bytes_between(start: str, end: str, database: str | None = None) -> int:
+    with django_connection(database).cursor() as cursor:
+        return _rows(cursor, "wal_bytes_between", [end, start])[0][0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 
 from django.core.management.base import BaseCommand, CommandError
@@ -38,6 +39,15 @@ class Command(BaseCommand):
             action="store_true",
             help="Never compete for the maintenance leadership in this process.",
         )
+        parser.add_argument(
+            "--import",
+            action="append",
+            dest="imports",
+            default=[],
+            metavar="MODULE",
+            help="Also import MODULE for its @job definitions (repeatable); apps' `jobs` "
+            "modules are imported automatically.",
+        )
         parser.add_argument("--database", default=None, help="Database alias holding the queue.")
 
     def handle(self, *args, **options):
@@ -58,9 +68,15 @@ class Command(BaseCommand):
                 burst=options["burst"],
                 shutdown_timeout=options["shutdown_timeout"],
                 maintenance=not options["no_maintenance"],
+                imports=tuple(options["imports"]),
             )
         except InvalidJob as exc:
             raise CommandError(str(exc)) from None
+        for module in config.imports:
+            try:
+                importlib.import_module(module)
+            except ImportError as exc:
+                raise CommandError(f"--import {module}: {exc}") from None
         if not config.queues:
             raise CommandError("no queues selected: pass --queue or set AWA['QUEUES']")
         _default_logging(options["verbosity"])

@@ -63,3 +63,10 @@ SELECT (SELECT count(*) FROM awa.deferred_jobs),
                               AND x.run_lease = c.run_lease)),
        (SELECT count(*) FROM awa.runtime_instances),
        (SELECT count(*) FROM awa.dlq_entries)
+
+-- name: pg_counters
+SELECT pg_current_wal_lsn()::text,
+       (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database())
+
+-- name: wal_bytes_between
+SELECT pg_wal_lsn_diff(%s::pg_lsn, %s::pg_lsn)::bigint

@@ -178,11 +178,14 @@ CREATE TABLE IF NOT EXISTS awa.done_entries (
     run_at           timestamptz
 ) PARTITION BY LIST (ready_slot);
 CREATE INDEX IF NOT EXISTS done_entries_job_id_idx ON awa.done_entries (job_id);
-CREATE INDEX IF NOT EXISTS done_entries_queue_state_idx ON awa.done_entries (queue, state);
 
 -- ---------------------------------------------------------------------------
 -- Claim ring (receipt plane, partitioned by claim_slot)
 -- ---------------------------------------------------------------------------
+
+-- Receipts and closures carry only their primary keys: every index entry is
+-- WAL on the hot path.  Rescue and prune scan the claim ring instead, which
+-- rotation keeps small.
 
 CREATE TABLE IF NOT EXISTS awa.lease_claims (
     claim_slot       smallint    NOT NULL,
@@ -202,9 +205,6 @@ CREATE TABLE IF NOT EXISTS awa.lease_claims (
     deadline_at      timestamptz,
     PRIMARY KEY (job_id, run_lease, claim_slot)
 ) PARTITION BY LIST (claim_slot);
-CREATE INDEX IF NOT EXISTS lease_claims_runtime_idx ON awa.lease_claims (runtime_id);
-CREATE INDEX IF NOT EXISTS lease_claims_deadline_idx
-    ON awa.lease_claims (deadline_at) WHERE deadline_at IS NOT NULL;
 
 -- Closure evidence: one row per closed attempt, in the receipt's own slot.
 -- The primary key is the run_lease guard: whoever inserts first closes the

@@ -46,8 +46,6 @@ CREATE TABLE IF NOT EXISTS awa.ring_status (
     PRIMARY KEY (ring, action)
 );
 
-CREATE INDEX IF NOT EXISTS lease_claims_ready_slot_idx ON awa.lease_claims (ready_slot);
-
 CREATE OR REPLACE FUNCTION awa.ring_lock_key(p_ring text) RETURNS bigint
 LANGUAGE sql IMMUTABLE AS $$
     SELECT hashtextextended('awa_django.ring.' || p_ring, 0)

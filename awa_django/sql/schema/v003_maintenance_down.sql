@@ -15,7 +15,6 @@ DROP FUNCTION IF EXISTS awa.record_ring_outcome(text, text, text, integer, bigin
 DROP FUNCTION IF EXISTS awa.ring_slot_empty(text, integer);
 DROP FUNCTION IF EXISTS awa.ring_cursor(text);
 DROP FUNCTION IF EXISTS awa.ring_lock_key(text);
-DROP INDEX IF EXISTS awa.lease_claims_ready_slot_idx;
 DROP TABLE IF EXISTS awa.ring_status;
 DROP TABLE IF EXISTS awa.queue_terminal_rollups;
 UPDATE awa.substrate_info SET schema_version = 2;
