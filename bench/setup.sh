@@ -33,7 +33,7 @@ spec() {
     driver)          echo "$PY311|matplotlib psycopg[binary]" ;;
     awa)             echo "$PY311|-e $REPO $DJANGO django-environ" ;;
     procrastinate)   echo "$PY311|procrastinate psycopg[binary,pool]" ;;
-    pgqueuer)        echo "$PY311|pgqueuer psycopg[binary]" ;;
+    pgqueuer)        echo "$PY311|pgqueuer[asyncpg]" ;;
     django_tasks_db) echo "$PY311|django-tasks-db[compat] $DJANGO django-environ psycopg[binary]" ;;
     django_ox)       echo "$PY312|django-ox[backport] $DJANGO django-environ psycopg[binary]" ;;
     celery)          echo "$PY311|celery[redis]" ;;

@@ -74,7 +74,16 @@ def _history(job: ClaimedJob, entry: dict) -> str:
 
 
 def _base(job: ClaimedJob, target: str, outcome: str, **fields: Any) -> Closure:
-    return Closure(job.job_id, job.run_lease, job.claim_slot, target, outcome, **fields)
+    return Closure(
+        job_id=job.job_id,
+        run_lease=job.run_lease,
+        claim_slot=job.claim_slot,
+        batch_id=job.batch_id,
+        item=job.item,
+        target=target,
+        outcome=outcome,
+        **fields,
+    )
 
 
 def completed(job: ClaimedJob, value: Any) -> Closure:

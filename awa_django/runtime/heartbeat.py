@@ -51,9 +51,7 @@ class Heartbeat:
         running = {(job.job_id, job.run_lease): (job, ctx) for job, ctx in self._inflight()}
         async with self._pool.connection() as conn:
             await runtimes.heartbeat(conn, self.runtime_id)
-            closed = await closed_attempts(
-                conn, [(job.job_id, job.run_lease, job.claim_slot) for job, _ in running.values()]
-            )
+            closed = await closed_attempts(conn, [job for job, _ in running.values()])
         for key in closed:
             job, ctx = running[key]
             if not ctx.is_cancelled():

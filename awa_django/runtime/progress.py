@@ -40,14 +40,15 @@ class ProgressFlusher:
             version, text = ctx.progress_snapshot()
             versions[key] = version
             if text is not None and version > self._written.get(key, 0):
-                entries.append((job.job_id, job.run_lease, job.claim_slot, text))
+                entries.append((job, text))
         self._written = {key: self._written.get(key, 0) for key in versions}
         if not entries:
             return 0
         async with self._pool.connection() as conn:
             await record_progress(conn, entries)
-        for job_id, run_lease, _, _ in entries:
-            self._written[(job_id, run_lease)] = versions[(job_id, run_lease)]
+        for job, _ in entries:
+            key = (job.job_id, job.run_lease)
+            self._written[key] = versions[key]
         return len(entries)
 
     async def run(self) -> None:

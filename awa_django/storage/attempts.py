@@ -48,6 +48,8 @@ class ClaimedJob:
     errors: list[dict[str, Any]]
     progress: dict[str, Any] | None
     claim_slot: int
+    batch_id: int
+    item: int
     created_at: dt.datetime
     deadline_at: dt.datetime | None
 
@@ -68,6 +70,8 @@ class Closure:
     job_id: int
     run_lease: int
     claim_slot: int
+    batch_id: int
+    item: int
     target: str
     outcome: str
     run_at: dt.datetime | None = None
@@ -108,8 +112,10 @@ async def claim(
             errors=json.loads(row[11]) if row[11] else [],
             progress=json.loads(row[12]) if row[12] else None,
             claim_slot=row[13],
-            created_at=row[14],
-            deadline_at=row[15],
+            batch_id=row[14],
+            item=row[15],
+            created_at=row[16],
+            deadline_at=row[17],
         )
         for row in rows
     ]
@@ -128,9 +134,11 @@ async def close_attempts(
     cursor = await conn.execute(
         query("runtime", "close_attempts"),
         [
+            [c.claim_slot for c in closures],
+            [c.batch_id for c in closures],
+            [c.item for c in closures],
             [c.job_id for c in closures],
             [c.run_lease for c in closures],
-            [c.claim_slot for c in closures],
             [c.target for c in closures],
             [c.outcome for c in closures],
             [c.run_at for c in closures],
@@ -145,19 +153,14 @@ async def close_attempts(
 
 
 async def record_progress(
-    conn: psycopg.AsyncConnection, entries: Sequence[tuple[int, int, int, str]]
+    conn: psycopg.AsyncConnection, entries: Sequence[tuple[ClaimedJob, str]]
 ) -> set[tuple[int, int]]:
-    """Write (job_id, run_lease, claim_slot, progress_json) of live attempts."""
+    """Write the progress (JSON text) of live attempts; closed ones are skipped."""
     if not entries:
         return set()
     cursor = await conn.execute(
         query("runtime", "record_progress"),
-        [
-            [e[0] for e in entries],
-            [e[1] for e in entries],
-            [e[2] for e in entries],
-            [e[3] for e in entries],
-        ],
+        [*attempt_keys([job for job, _ in entries]), [text for _, text in entries]],
     )
     return {(job_id, run_lease) for job_id, run_lease in await cursor.fetchall()}
 
@@ -171,3 +174,14 @@ async def promote_due(conn: psycopg.AsyncConnection, limit: int) -> int:
 async def queues_have_work(conn: psycopg.AsyncConnection, queues: Sequence[str]) -> bool:
     cursor = await conn.execute(query("runtime", "queues_have_work"), [list(queues)])
     return bool((await cursor.fetchone())[0])
+
+
+def attempt_keys(jobs: Sequence[ClaimedJob]) -> list[list]:
+    """The five parallel arrays that name attempts in SQL."""
+    return [
+        [job.claim_slot for job in jobs],
+        [job.batch_id for job in jobs],
+        [job.item for job in jobs],
+        [job.job_id for job in jobs],
+        [job.run_lease for job in jobs],
+    ]

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import psycopg
 
 from ..sql import query
+from .attempts import ClaimedJob, attempt_keys
 
 # 'AWA_MAIN' as a 64-bit advisory lock key: the one maintenance leader.
 LEADER_LOCK_KEY = 0x4157415F4D41494E
@@ -69,15 +70,12 @@ async def rescue(
 
 
 async def closed_attempts(
-    conn: psycopg.AsyncConnection, attempts: Sequence[tuple[int, int, int]]
+    conn: psycopg.AsyncConnection, attempts: Sequence[ClaimedJob]
 ) -> set[tuple[int, int]]:
-    """Which (job_id, run_lease, claim_slot) attempts were closed by someone."""
+    """Which of these attempts were closed by someone (rescue, cancel, ...)."""
     if not attempts:
         return set()
-    cursor = await conn.execute(
-        query("maintenance", "closed_attempts"),
-        [[a[0] for a in attempts], [a[1] for a in attempts], [a[2] for a in attempts]],
-    )
+    cursor = await conn.execute(query("maintenance", "closed_attempts"), attempt_keys(attempts))
     return {(job_id, run_lease) for job_id, run_lease in await cursor.fetchall()}
 
 

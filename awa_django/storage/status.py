@@ -16,10 +16,23 @@ from ..sql import query
 from .connection import django_connection
 from .maintenance import LEADER_LOCK_KEY, RINGS
 
-HOT_TABLES = ("ready_entries", "done_entries", "lease_claims", "lease_claim_closures")
+HOT_TABLES = (
+    "ready_entries",
+    "done_entries",
+    "receipt_completion_batches",
+    "lease_claim_batches",
+    "lease_claim_closures",
+    "lease_claim_closure_batches",
+)
 RING_TABLES = {
-    "queue": ("ready_entries", "ready_segments", "ready_tombstones", "done_entries"),
-    "claim": ("lease_claims", "lease_claim_closures"),
+    "queue": (
+        "ready_entries",
+        "ready_segments",
+        "ready_tombstones",
+        "done_entries",
+        "receipt_completion_batches",
+    ),
+    "claim": ("lease_claim_batches", "lease_claim_closures", "lease_claim_closure_batches"),
     "lease": ("leases",),
 }
 _CHILD = re.compile(r"^(?P<base>[a-z_]+)_(?P<slot>\d+)$")

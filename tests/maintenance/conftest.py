@@ -36,9 +36,10 @@ class Store:
         ]
 
     def claim(self, queue: str, limit: int, runtime: uuid.UUID = RUNTIME) -> list[tuple]:
+        """Attempts as (job_id, run_lease, claim_slot, batch_id, item, attempt)."""
         return self.conn.execute(
-            "SELECT job_id, run_lease, claim_slot, attempt FROM awa.claim_ready(%s, %s, %s,"
-            " interval '5 min', interval '0')",
+            "SELECT job_id, run_lease, claim_slot, batch_id, item, attempt"
+            " FROM awa.claim_ready(%s, %s, %s, interval '5 min', interval '0')",
             [queue, limit, runtime],
         ).fetchall()
 
@@ -48,17 +49,19 @@ class Store:
         n = len(attempts)
         errors = json.dumps([{"attempt": 1, "message": "failed"}]) if target == "failed" else None
         rows = self.conn.execute(
-            "SELECT job_id, run_lease FROM awa.close_attempts(%s::bigint[], %s::bigint[],"
-            " %s::smallint[], %s::text[], %s::text[], %s::timestamptz[], %s::smallint[],"
-            " %s::text[], %s::text[], %s::text[], %s::text[])",
+            "SELECT job_id, run_lease FROM awa.close_attempts(%s::smallint[], %s::bigint[],"
+            " %s::integer[], %s::bigint[], %s::bigint[], %s::text[], %s::text[],"
+            " %s::timestamptz[], %s::smallint[], %s::text[], %s::text[], %s::text[], %s::text[])",
             [
+                [a[2] for a in attempts],
+                [a[3] for a in attempts],
+                [a[4] for a in attempts],
                 [a[0] for a in attempts],
                 [a[1] for a in attempts],
-                [a[2] for a in attempts],
                 [target] * n,
                 [target] * n,
                 [None] * n,
-                [a[3] for a in attempts],
+                [a[5] for a in attempts],
                 [errors] * n,
                 [None] * n,
                 [None] * n,

@@ -45,6 +45,7 @@ def _leader(conn) -> int | None:
     row = conn.execute(
         "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
         " WHERE l.locktype = 'advisory' AND l.granted"
+        " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
         " AND ((l.classid::bigint << 32) | l.objid::bigint) = %s",
         [0x4157415F4D41494E],
     ).fetchone()
@@ -96,7 +97,14 @@ def test_deadline_rescue_closes_the_attempt_and_the_handler_is_told(queue):
     assert list(Execution.objects.values_list("label", flat=True)) == ["cancelled=True"]
 
 
-def test_leader_failover(start_worker):
+def _candidates(conn) -> int:
+    return conn.execute(
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE application_name LIKE 'awa-maintenance %%' AND datname = current_database()"
+    ).fetchone()[0]
+
+
+def test_leader_failover():
     env = dict(os.environ, DATABASE_URL=database_url(), AWA_SETTINGS_JSON=json.dumps(FAST))
     command = [sys.executable, str(ROOT / "testproject" / "manage.py"), "awa_maintenance"]
     procs = [
@@ -105,6 +113,7 @@ def test_leader_failover(start_worker):
     ]
     try:
         with psycopg.connect(conninfo(), autocommit=True) as conn:
+            wait_for(lambda: _candidates(conn) == 2)  # both are up and competing
             first = wait_for(lambda: _leader(conn))
             assert first in {p.pid for p in procs}
             os.kill(first, signal.SIGKILL)
@@ -114,12 +123,14 @@ def test_leader_failover(start_worker):
         assert second in {p.pid for p in procs} - {first}
         # Documented bound: one election interval (1 s) after the session ends.
         assert failover < 5, failover
+        survivor = next(p for p in procs if p.pid == second)
+        survivor.send_signal(signal.SIGTERM)
+        assert survivor.wait(timeout=30) == 0  # clean shutdown on SIGTERM
     finally:
         for proc in procs:
             if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            assert proc.wait(timeout=30) in (0, -signal.SIGKILL)
+                proc.kill()
+            proc.wait(timeout=30)
 
 
 def test_pinned_horizon_loses_nothing_and_pruning_resumes(queue):

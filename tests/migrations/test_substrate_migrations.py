@@ -49,9 +49,15 @@ def schema_exists() -> bool:
 
 def test_substrate_has_the_rings_and_views(db):
     relations = {line.split()[1] for line in fingerprint() if line.startswith("rel ")}
-    for table in ("ready_entries", "ready_segments", "ready_tombstones", "done_entries"):
+    for table in (
+        "ready_entries",
+        "ready_segments",
+        "ready_tombstones",
+        "done_entries",
+        "receipt_completion_batches",
+    ):
         assert {f"{table}_{slot}" for slot in range(16)} <= relations
-    for table in ("lease_claims", "lease_claim_closures"):
+    for table in ("lease_claim_batches", "lease_claim_closures", "lease_claim_closure_batches"):
         assert {f"{table}_{slot}" for slot in range(8)} <= relations
     assert {f"leases_{slot}" for slot in range(8)} <= relations
     assert {

@@ -20,7 +20,8 @@ SELECT awa.rescue_attempts(%s, make_interval(secs => %s), %s, %s::text[], %s::te
 
 -- name: closed_attempts
 SELECT job_id, run_lease
-  FROM awa.closed_attempts(%s::bigint[], %s::bigint[], %s::smallint[])
+  FROM awa.closed_attempts(%s::smallint[], %s::bigint[], %s::integer[], %s::bigint[],
+                           %s::bigint[])
 
 -- name: cleanup
 SELECT awa.cleanup(make_interval(secs => %s), make_interval(secs => %s), %s)
@@ -57,10 +58,7 @@ SELECT COALESCE(sum(pg_total_relation_size(c.oid)), 0)::bigint
 -- name: backlog
 SELECT (SELECT count(*) FROM awa.deferred_jobs),
        (SELECT count(*) FROM awa.deferred_jobs WHERE run_at <= clock_timestamp()),
-       (SELECT count(*) FROM awa.lease_claims c
-         WHERE NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
-                            WHERE x.claim_slot = c.claim_slot AND x.job_id = c.job_id
-                              AND x.run_lease = c.run_lease)),
+       (SELECT count(*) FROM awa.open_receipts),
        (SELECT count(*) FROM awa.runtime_instances),
        (SELECT count(*) FROM awa.dlq_entries)
 

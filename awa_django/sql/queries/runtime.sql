@@ -3,18 +3,20 @@
 
 -- name: claim_ready
 SELECT job_id, run_lease, kind, priority, effective_priority, attempt, max_attempts,
-       args, kwargs, metadata, tags, errors, progress, claim_slot, created_at, deadline_at
+       args, kwargs, metadata, tags, errors, progress, claim_slot, batch_id, item, created_at,
+       deadline_at
   FROM awa.claim_ready(%s, %s, %s, make_interval(secs => %s), make_interval(secs => %s))
 
 -- name: close_attempts
 SELECT job_id, run_lease
-  FROM awa.close_attempts(%s::bigint[], %s::bigint[], %s::smallint[], %s::text[], %s::text[],
-                          %s::timestamptz[], %s::smallint[], %s::text[], %s::text[], %s::text[],
-                          %s::text[])
+  FROM awa.close_attempts(%s::smallint[], %s::bigint[], %s::integer[], %s::bigint[],
+                          %s::bigint[], %s::text[], %s::text[], %s::timestamptz[],
+                          %s::smallint[], %s::text[], %s::text[], %s::text[], %s::text[])
 
 -- name: record_progress
 SELECT job_id, run_lease
-  FROM awa.record_progress(%s::bigint[], %s::bigint[], %s::smallint[], %s::text[])
+  FROM awa.record_progress(%s::smallint[], %s::bigint[], %s::integer[], %s::bigint[],
+                           %s::bigint[], %s::text[])
 
 -- name: promote_due
 SELECT awa.promote_due(%s)

@@ -6,8 +6,10 @@
 -- `migrate` at once serialise and the second one is a no-op.
 --
 -- Layout (see DESIGN.md "Storage"):
---   queue ring  ready_entries_N, ready_segments_N, ready_tombstones_N, done_entries_N
---   claim ring  lease_claims_N, lease_claim_closures_N
+--   queue ring  ready_entries_N, ready_segments_N, ready_tombstones_N, done_entries_N,
+--               receipt_completion_batches_N
+--   claim ring  lease_claim_batches_N, lease_claim_closures_N,
+--               lease_claim_closure_batches_N
 --   lease ring  leases_N (+ attempt_state)
 --   backlog     deferred_jobs, dlq_entries
 --   control     queue_enqueue_heads, queue_claim_heads, queue_meta,
@@ -179,44 +181,75 @@ CREATE TABLE IF NOT EXISTS awa.done_entries (
 ) PARTITION BY LIST (ready_slot);
 CREATE INDEX IF NOT EXISTS done_entries_job_id_idx ON awa.done_entries (job_id);
 
+-- Compact terminal history of successful completions: one row per ready slot
+-- per completion flush, parallel arrays per job.  Hydrated by terminal_jobs.
+CREATE TABLE IF NOT EXISTS awa.receipt_completion_batches (
+    ready_slot    smallint    NOT NULL,
+    queue         text        NOT NULL,
+    attempted_at  timestamptz NOT NULL,
+    finalized_at  timestamptz NOT NULL DEFAULT now(),
+    job_ids       bigint[]    NOT NULL,
+    run_leases    bigint[]    NOT NULL,
+    attempts      smallint[]  NOT NULL,
+    priorities    smallint[]  NOT NULL,
+    shards        smallint[]  NOT NULL,
+    lane_seqs     bigint[]    NOT NULL,
+    return_values text[]
+) PARTITION BY LIST (ready_slot);
+
 -- ---------------------------------------------------------------------------
 -- Claim ring (receipt plane, partitioned by claim_slot)
 -- ---------------------------------------------------------------------------
 
--- Receipts and closures carry only their primary keys: every index entry is
--- WAL on the hot path.  Rescue and prune scan the claim ring instead, which
--- rotation keeps small.
+-- Receipts are compact: one row per claim transaction holds every attempt
+-- it handed out as parallel arrays (item i = position i, 1-based).  An
+-- attempt is identified by (claim_slot, batch_id, item) and carries its
+-- (job_id, run_lease).  Closure evidence comes in two forms: explicit rows
+-- for non-success outcomes and rescue, and one compact row per completion
+-- flush listing the items it completed.  Every closer first locks the claim
+-- batch row (FOR UPDATE), checks that the items have no evidence yet, then
+-- writes: that lock is the run_lease guard.  Open receipts are the items
+-- with no evidence (see awa.open_receipts).  A handful of rows per claim
+-- batch instead of three per job keeps WAL per job low.
+CREATE SEQUENCE IF NOT EXISTS awa.claim_batch_seq AS bigint;
 
-CREATE TABLE IF NOT EXISTS awa.lease_claims (
-    claim_slot       smallint    NOT NULL,
-    claim_generation bigint      NOT NULL,
-    job_id           bigint      NOT NULL,
-    run_lease        bigint      NOT NULL,
-    runtime_id       uuid        NOT NULL,
-    queue            text        NOT NULL,
-    priority         smallint    NOT NULL,
-    shard            smallint    NOT NULL,
-    lane_seq         bigint      NOT NULL,
-    ready_slot       smallint    NOT NULL,
-    ready_generation bigint      NOT NULL,
-    effective_priority smallint  NOT NULL,
-    attempt          smallint    NOT NULL,
-    claimed_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
-    deadline_at      timestamptz,
-    PRIMARY KEY (job_id, run_lease, claim_slot)
+CREATE TABLE IF NOT EXISTS awa.lease_claim_batches (
+    claim_slot           smallint    NOT NULL,
+    batch_id             bigint      NOT NULL,
+    runtime_id           uuid        NOT NULL,
+    queue                text        NOT NULL,
+    claimed_at           timestamptz NOT NULL,
+    deadline_at          timestamptz,
+    job_ids              bigint[]    NOT NULL,
+    run_leases           bigint[]    NOT NULL,
+    attempts             smallint[]  NOT NULL,
+    priorities           smallint[]  NOT NULL,
+    effective_priorities smallint[]  NOT NULL,
+    shards               smallint[]  NOT NULL,
+    lane_seqs            bigint[]    NOT NULL,
+    ready_slots          smallint[]  NOT NULL,
+    PRIMARY KEY (batch_id, claim_slot)
 ) PARTITION BY LIST (claim_slot);
 
--- Closure evidence: one row per closed attempt, in the receipt's own slot.
--- The primary key is the run_lease guard: whoever inserts first closes the
--- attempt; a later writer gets nothing back and is stale.
 CREATE TABLE IF NOT EXISTS awa.lease_claim_closures (
     claim_slot smallint    NOT NULL,
+    batch_id   bigint      NOT NULL,
+    item       integer     NOT NULL,
     job_id     bigint      NOT NULL,
     run_lease  bigint      NOT NULL,
     outcome    text        NOT NULL,
     closed_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
-    PRIMARY KEY (job_id, run_lease, claim_slot)
+    PRIMARY KEY (batch_id, item, claim_slot)
 ) PARTITION BY LIST (claim_slot);
+
+CREATE TABLE IF NOT EXISTS awa.lease_claim_closure_batches (
+    claim_slot smallint    NOT NULL,
+    batch_id   bigint      NOT NULL,
+    items      integer[]   NOT NULL,
+    closed_at  timestamptz NOT NULL DEFAULT clock_timestamp()
+) PARTITION BY LIST (claim_slot);
+CREATE INDEX IF NOT EXISTS lease_claim_closure_batches_batch_idx
+    ON awa.lease_claim_closure_batches (batch_id);
 
 -- ---------------------------------------------------------------------------
 -- Lease ring (materialised attempts that need mutable state)
@@ -306,8 +339,10 @@ CREATE INDEX IF NOT EXISTS dlq_entries_kind_idx ON awa.dlq_entries (kind);
 CREATE OR REPLACE FUNCTION awa.ring_tables(p_ring text) RETURNS text[]
 LANGUAGE sql IMMUTABLE AS $$
     SELECT CASE p_ring
-        WHEN 'queue' THEN ARRAY['ready_entries', 'ready_segments', 'ready_tombstones', 'done_entries']
-        WHEN 'claim' THEN ARRAY['lease_claims', 'lease_claim_closures']
+        WHEN 'queue' THEN ARRAY['ready_entries', 'ready_segments', 'ready_tombstones', 'done_entries',
+                                'receipt_completion_batches']
+        WHEN 'claim' THEN ARRAY['lease_claim_batches', 'lease_claim_closures',
+                                'lease_claim_closure_batches']
         WHEN 'lease' THEN ARRAY['leases']
     END
 $$;
@@ -534,8 +569,31 @@ $$;
 -- Read surfaces
 -- ---------------------------------------------------------------------------
 
--- Hydrated terminal history: narrow done rows joined back to the ready row
--- that produced the attempt; self-contained rows carry their own body.
+-- Every attempt handed out by a claim, one row per item of a claim batch.
+CREATE OR REPLACE VIEW awa.claim_items AS
+SELECT b.claim_slot, b.batch_id, i.item::integer AS item, i.job_id, i.run_lease, i.attempt,
+       i.priority, i.effective_priority, i.shard, i.lane_seq, i.ready_slot, b.queue,
+       b.runtime_id, b.claimed_at, b.deadline_at
+  FROM awa.lease_claim_batches b
+ CROSS JOIN LATERAL unnest(b.job_ids, b.run_leases, b.attempts, b.priorities,
+                           b.effective_priorities, b.shards, b.lane_seqs, b.ready_slots)
+       WITH ORDINALITY AS i(job_id, run_lease, attempt, priority, effective_priority, shard,
+                            lane_seq, ready_slot, item);
+
+-- Attempts with no closure evidence yet: what is running right now.
+CREATE OR REPLACE VIEW awa.open_receipts AS
+SELECT c.*
+  FROM awa.claim_items c
+ WHERE NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
+                    WHERE x.batch_id = c.batch_id AND x.item = c.item
+                      AND x.claim_slot = c.claim_slot)
+   AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closure_batches y
+                    WHERE y.batch_id = c.batch_id AND y.claim_slot = c.claim_slot
+                      AND c.item = ANY (y.items));
+
+-- Hydrated terminal history: narrow done rows and compact completion batches
+-- joined back to the ready row that produced the attempt; self-contained
+-- done rows (carried forward across prune) bring their own body.
 CREATE OR REPLACE VIEW awa.terminal_jobs AS
 SELECT d.job_id                                AS id,
        COALESCE(d.kind, r.kind)                AS kind,
@@ -556,12 +614,23 @@ SELECT d.job_id                                AS id,
        COALESCE(d.run_at, r.run_at)            AS run_at,
        d.attempted_at                          AS attempted_at,
        d.finalized_at                          AS finalized_at,
-       d.ready_slot                            AS ready_slot,
-       d.ready_generation                      AS ready_generation
+       d.ready_slot                            AS ready_slot
   FROM awa.done_entries d
   LEFT JOIN awa.ready_entries r
     ON r.ready_slot = d.ready_slot AND r.queue = d.queue AND r.priority = d.priority
-   AND r.shard = d.shard AND r.lane_seq = d.lane_seq;
+   AND r.shard = d.shard AND r.lane_seq = d.lane_seq
+UNION ALL
+SELECT c.job_id, r.kind, b.queue, 'completed'::text, c.priority, c.attempt, r.max_attempts,
+       c.run_lease, r.args, r.kwargs, r.metadata, r.tags, r.errors, NULL::jsonb,
+       c.return_value::json, r.created_at, r.run_at, b.attempted_at, b.finalized_at,
+       b.ready_slot
+  FROM awa.receipt_completion_batches b
+ CROSS JOIN LATERAL unnest(b.job_ids, b.run_leases, b.attempts, b.priorities, b.shards,
+                           b.lane_seqs, b.return_values)
+       AS c(job_id, run_lease, attempt, priority, shard, lane_seq, return_value)
+  LEFT JOIN awa.ready_entries r
+    ON r.ready_slot = b.ready_slot AND r.queue = b.queue AND r.priority = c.priority
+   AND r.shard = c.shard AND r.lane_seq = c.lane_seq;
 
 -- Every job in every state, one row each.  A job's live row is exactly one
 -- of: an unclaimed ready row at/after its lane cursor and not tombstoned
@@ -585,15 +654,12 @@ SELECT c.job_id, r.kind, c.queue, COALESCE(l.state, 'running'), c.effective_prio
        c.attempt, r.max_attempts, c.run_lease, r.args, r.kwargs, r.metadata,
        r.tags, r.errors, COALESCE(s.progress, r.progress), NULL::json, r.created_at,
        r.run_at, c.claimed_at, NULL::timestamptz
-  FROM awa.lease_claims c
+  FROM awa.open_receipts c
   JOIN awa.ready_entries r
     ON r.ready_slot = c.ready_slot AND r.queue = c.queue AND r.priority = c.priority
    AND r.shard = c.shard AND r.lane_seq = c.lane_seq
   LEFT JOIN awa.leases l ON l.job_id = c.job_id AND l.run_lease = c.run_lease
   LEFT JOIN awa.attempt_state s ON s.job_id = c.job_id AND s.run_lease = c.run_lease
- WHERE NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
-                    WHERE x.claim_slot = c.claim_slot AND x.job_id = c.job_id
-                      AND x.run_lease = c.run_lease)
 UNION ALL
 SELECT d.job_id, d.kind, d.queue, d.state, d.priority, d.attempt, d.max_attempts,
        d.run_lease, d.args, d.kwargs, d.metadata, d.tags, d.errors, d.progress, NULL::json,

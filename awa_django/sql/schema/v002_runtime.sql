@@ -3,13 +3,14 @@
 -- Claim, guarded attempt closure, deferred promotion and runtime liveness.
 -- Like v001 this file is idempotent and runs under the substrate lock.
 --
--- The run_lease guard, in one paragraph: a claim appends a receipt
--- (job_id, run_lease = previous + 1) to the current claim slot.  Every later
--- transition of that attempt (complete, retry, snooze, cancel, fail, hand
--- back, rescue) appends a closure row keyed (job_id, run_lease, claim_slot)
--- with ON CONFLICT DO NOTHING, joined to the receipt.  Exactly one writer
--- gets the row back and applies the transition; everyone else learns their
--- attempt is stale and changes nothing.
+-- The run_lease guard, in one paragraph: a claim appends one compact
+-- receipt row (lease_claim_batches) listing every attempt it handed out,
+-- each with run_lease = previous + 1.  Every later transition of an attempt
+-- (complete, retry, snooze, cancel, fail, hand back, rescue) goes through
+-- awa.close_attempts, which locks the claim batch row, keeps only the items
+-- that have no closure evidence yet, and writes evidence for exactly those.
+-- One closer wins; everyone else learns their attempt is stale and changes
+-- nothing.
 
 SET LOCAL client_min_messages = warning;
 SELECT pg_advisory_xact_lock(hashtext('awa_django.substrate'));
@@ -46,16 +47,29 @@ CREATE OR REPLACE FUNCTION awa.claim_ready(
 RETURNS TABLE (job_id bigint, run_lease bigint, kind text, priority smallint,
                effective_priority smallint, attempt smallint, max_attempts smallint,
                args text, kwargs text, metadata text, tags text[], errors text, progress text,
-               claim_slot smallint, created_at timestamptz, deadline_at timestamptz)
+               claim_slot smallint, batch_id bigint, item integer, created_at timestamptz,
+               deadline_at timestamptz)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_now        timestamptz := clock_timestamp();
     v_deadline   timestamptz;
     v_claim_slot smallint;
-    v_claim_gen  bigint;
+    v_batch      bigint;
     v_lane       record;
     v_left       integer := p_max;
-    v_taken      integer;
+    l_ids        bigint[];
+    l_leases     bigint[];
+    l_attempts   smallint[];
+    l_seqs       bigint[];
+    l_slots      smallint[];
+    a_ids        bigint[] := '{}';
+    a_leases     bigint[] := '{}';
+    a_attempts   smallint[] := '{}';
+    a_prios      smallint[] := '{}';
+    a_effective  smallint[] := '{}';
+    a_shards     smallint[] := '{}';
+    a_seqs       bigint[] := '{}';
+    a_slots      smallint[] := '{}';
 BEGIN
     IF p_max <= 0 OR EXISTS (SELECT 1 FROM awa.queue_meta m
                               WHERE m.queue = p_queue AND m.paused_at IS NOT NULL) THEN
@@ -64,8 +78,6 @@ BEGIN
     IF p_deadline > interval '0' THEN
         v_deadline := v_now + p_deadline;
     END IF;
-    SELECT r.slot, r.generation INTO v_claim_slot, v_claim_gen
-      FROM awa.claim_ring_rotations r ORDER BY r.generation DESC LIMIT 1;
 
     FOR v_lane IN
         SELECT h.queue, h.priority, h.shard, h.claim_seq,
@@ -85,9 +97,8 @@ BEGIN
            FOR UPDATE OF h SKIP LOCKED
     LOOP
         EXIT WHEN v_left <= 0;
-        RETURN QUERY
         WITH candidates AS (
-            SELECT r.*,
+            SELECT r.job_id, r.run_lease, r.attempt, r.lane_seq, r.ready_slot,
                    EXISTS (SELECT 1 FROM awa.ready_tombstones t
                             WHERE t.ready_slot = r.ready_slot AND t.queue = r.queue
                               AND t.priority = r.priority AND t.shard = r.shard
@@ -103,28 +114,53 @@ BEGIN
                SET claim_seq = (SELECT max(c.lane_seq) + 1 FROM candidates c)
              WHERE h.queue = v_lane.queue AND h.priority = v_lane.priority
                AND h.shard = v_lane.shard AND EXISTS (SELECT 1 FROM candidates)
-        ), receipts AS (
-            INSERT INTO awa.lease_claims (claim_slot, claim_generation, job_id, run_lease,
-                                          runtime_id, queue, priority, shard, lane_seq,
-                                          ready_slot, ready_generation, effective_priority,
-                                          attempt, claimed_at, deadline_at)
-            SELECT v_claim_slot, v_claim_gen, c.job_id, c.run_lease + 1, p_runtime, c.queue,
-                   c.priority, c.shard, c.lane_seq, c.ready_slot, c.ready_generation,
-                   v_lane.effective_priority, c.attempt + 1, v_now, v_deadline
-              FROM candidates c
-             WHERE NOT c.spent
-            RETURNING lease_claims.job_id
         )
-        SELECT c.job_id, c.run_lease + 1, c.kind, c.priority, v_lane.effective_priority,
-               (c.attempt + 1)::smallint, c.max_attempts, c.args::text, c.kwargs::text,
-               c.metadata::text, c.tags, c.errors::text, c.progress::text, v_claim_slot,
-               c.created_at, v_deadline
-          FROM candidates c
-         WHERE NOT c.spent
-         ORDER BY c.lane_seq;
-        GET DIAGNOSTICS v_taken = ROW_COUNT;
-        v_left := v_left - v_taken;
+        SELECT COALESCE(array_agg(c.job_id ORDER BY c.lane_seq) FILTER (WHERE NOT c.spent), '{}'),
+               COALESCE(array_agg(c.run_lease + 1 ORDER BY c.lane_seq) FILTER (WHERE NOT c.spent), '{}'),
+               COALESCE(array_agg((c.attempt + 1)::smallint ORDER BY c.lane_seq)
+                        FILTER (WHERE NOT c.spent), '{}'),
+               COALESCE(array_agg(c.lane_seq ORDER BY c.lane_seq) FILTER (WHERE NOT c.spent), '{}'),
+               COALESCE(array_agg(c.ready_slot ORDER BY c.lane_seq) FILTER (WHERE NOT c.spent), '{}')
+          INTO l_ids, l_leases, l_attempts, l_seqs, l_slots
+          FROM candidates c;
+        IF cardinality(l_ids) > 0 THEN
+            a_ids := a_ids || l_ids;
+            a_leases := a_leases || l_leases;
+            a_attempts := a_attempts || l_attempts;
+            a_seqs := a_seqs || l_seqs;
+            a_slots := a_slots || l_slots;
+            a_prios := a_prios || array_fill(v_lane.priority, ARRAY[cardinality(l_ids)]);
+            a_effective := a_effective
+                || array_fill(v_lane.effective_priority, ARRAY[cardinality(l_ids)]);
+            a_shards := a_shards || array_fill(v_lane.shard, ARRAY[cardinality(l_ids)]);
+            v_left := v_left - cardinality(l_ids);
+        END IF;
     END LOOP;
+
+    IF cardinality(a_ids) = 0 THEN
+        RETURN;
+    END IF;
+    SELECT r.slot INTO v_claim_slot
+      FROM awa.claim_ring_rotations r ORDER BY r.generation DESC LIMIT 1;
+    v_batch := nextval('awa.claim_batch_seq');
+    INSERT INTO awa.lease_claim_batches (claim_slot, batch_id, runtime_id, queue, claimed_at,
+                                         deadline_at, job_ids, run_leases, attempts, priorities,
+                                         effective_priorities, shards, lane_seqs, ready_slots)
+    VALUES (v_claim_slot, v_batch, p_runtime, p_queue, v_now, v_deadline, a_ids, a_leases,
+            a_attempts, a_prios, a_effective, a_shards, a_seqs, a_slots);
+
+    RETURN QUERY
+    SELECT i.job_id, i.run_lease, r.kind, i.priority, i.effective_priority, i.attempt,
+           r.max_attempts, r.args::text, r.kwargs::text, r.metadata::text, r.tags,
+           r.errors::text, r.progress::text, v_claim_slot, v_batch, i.item::integer,
+           r.created_at, v_deadline
+      FROM unnest(a_ids, a_leases, a_attempts, a_prios, a_effective, a_shards, a_seqs, a_slots)
+           WITH ORDINALITY AS i(job_id, run_lease, attempt, priority, effective_priority, shard,
+                                lane_seq, ready_slot, item)
+      JOIN awa.ready_entries r
+        ON r.ready_slot = i.ready_slot AND r.queue = p_queue AND r.priority = i.priority
+       AND r.shard = i.shard AND r.lane_seq = i.lane_seq
+     ORDER BY i.item;
 END
 $$;
 
@@ -133,59 +169,95 @@ $$;
 -- ---------------------------------------------------------------------------
 
 -- Close a batch of attempts, each with its own target:
---   completed / failed / cancelled  -> terminal row in the ready slot's done_entries
---   retryable / scheduled           -> deferred_jobs row (run_at = p_run_ats[i],
---                                      NULL meaning now)
---   dlq                             -> dlq_entries row
--- p_attempts is the attempt count to store on a deferred row (a snooze or
--- hand-back passes the count before this attempt, so it is not counted).
--- p_errors is the whole error history as JSON text (NULL keeps the history
--- already on the ready row).  Returns the attempts actually closed; the rest
--- were stale and nothing was written for them.
+--   completed                       -> compact: one closure-batch row per claim
+--                                      batch, one completion-batch row per ready slot
+--   failed / cancelled              -> explicit closure + done_entries row
+--   retryable / scheduled           -> explicit closure + deferred_jobs row
+--                                      (run_at = p_run_ats[i], NULL meaning now)
+--   dlq                             -> explicit closure + dlq_entries row
+-- Attempts are named by (claim_slot, batch_id, item) and must match their
+-- (job_id, run_lease).  p_attempts is the attempt count to store on a
+-- deferred row (a snooze or hand-back passes the count before this attempt,
+-- so it is not counted).  p_errors is the whole error history as JSON text
+-- (NULL keeps the history on the ready row); p_progress likewise for
+-- progress.  Returns the attempts actually closed; the others were stale and
+-- nothing was written for them.
 CREATE OR REPLACE FUNCTION awa.close_attempts(
-    p_job_ids bigint[], p_run_leases bigint[], p_claim_slots smallint[], p_targets text[],
-    p_outcomes text[], p_run_ats timestamptz[], p_attempts smallint[], p_errors text[],
-    p_results text[], p_reasons text[], p_progress text[])
+    p_claim_slots smallint[], p_batch_ids bigint[], p_items integer[], p_job_ids bigint[],
+    p_run_leases bigint[], p_targets text[], p_outcomes text[], p_run_ats timestamptz[],
+    p_attempts smallint[], p_errors text[], p_results text[], p_reasons text[],
+    p_progress text[])
 RETURNS TABLE (job_id bigint, run_lease bigint)
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+BEGIN
+    -- The guard: one closer at a time per claim batch (ordered: no deadlocks).
+    PERFORM 1
+       FROM awa.lease_claim_batches b
+      WHERE (b.batch_id, b.claim_slot) IN (SELECT DISTINCT x.batch_id, x.claim_slot
+                                             FROM unnest(p_batch_ids, p_claim_slots)
+                                                  AS x(batch_id, claim_slot))
+      ORDER BY b.batch_id
+        FOR UPDATE;
+
+    RETURN QUERY
     WITH input AS (
-        SELECT *
-          FROM unnest(p_job_ids, p_run_leases, p_claim_slots, p_targets, p_outcomes, p_run_ats,
-                      p_attempts, p_errors, p_results, p_reasons, p_progress)
-               AS i(job_id, run_lease, claim_slot, target, outcome, run_at, attempt, errors,
-                    result, reason, progress)
-    ), closed AS (
-        INSERT INTO awa.lease_claim_closures (claim_slot, job_id, run_lease, outcome)
-        SELECT c.claim_slot, c.job_id, c.run_lease, i.outcome
-          FROM input i
-          JOIN awa.lease_claims c
-            ON c.claim_slot = i.claim_slot AND c.job_id = i.job_id AND c.run_lease = i.run_lease
-        ON CONFLICT DO NOTHING
-        RETURNING lease_claim_closures.claim_slot, lease_claim_closures.job_id,
-                  lease_claim_closures.run_lease
+        SELECT DISTINCT ON (i.batch_id, i.item, i.claim_slot) i.*
+          FROM unnest(p_claim_slots, p_batch_ids, p_items, p_job_ids, p_run_leases, p_targets,
+                      p_outcomes, p_run_ats, p_attempts, p_errors, p_results, p_reasons,
+                      p_progress)
+               AS i(claim_slot, batch_id, item, job_id, run_lease, target, outcome, run_at,
+                    attempt, errors, result, reason, progress)
     ), won AS (
-        SELECT i.*, c.queue, c.priority, c.shard, c.lane_seq, c.ready_slot, c.ready_generation,
-               c.claimed_at, c.attempt AS claim_attempt
-          FROM closed x
-          JOIN input i
-            ON i.claim_slot = x.claim_slot AND i.job_id = x.job_id AND i.run_lease = x.run_lease
-          JOIN awa.lease_claims c
-            ON c.claim_slot = x.claim_slot AND c.job_id = x.job_id AND c.run_lease = x.run_lease
+        SELECT i.*, b.queue, b.priorities[i.item] AS priority, b.shards[i.item] AS shard,
+               b.lane_seqs[i.item] AS lane_seq, b.ready_slots[i.item] AS ready_slot,
+               b.claimed_at, b.attempts[i.item] AS claim_attempt
+          FROM input i
+          JOIN awa.lease_claim_batches b
+            ON b.batch_id = i.batch_id AND b.claim_slot = i.claim_slot
+         WHERE b.job_ids[i.item] = i.job_id AND b.run_leases[i.item] = i.run_lease
+           AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
+                            WHERE x.batch_id = i.batch_id AND x.item = i.item
+                              AND x.claim_slot = i.claim_slot)
+           AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closure_batches y
+                            WHERE y.batch_id = i.batch_id AND y.claim_slot = i.claim_slot
+                              AND i.item = ANY (y.items))
+    ), explicit AS (
+        INSERT INTO awa.lease_claim_closures (claim_slot, batch_id, item, job_id, run_lease,
+                                              outcome)
+        SELECT w.claim_slot, w.batch_id, w.item, w.job_id, w.run_lease, w.outcome
+          FROM won w
+         WHERE w.target <> 'completed'
+    ), compact AS (
+        INSERT INTO awa.lease_claim_closure_batches (claim_slot, batch_id, items)
+        SELECT w.claim_slot, w.batch_id, array_agg(w.item ORDER BY w.item)
+          FROM won w
+         WHERE w.target = 'completed'
+         GROUP BY w.claim_slot, w.batch_id
+    ), completions AS (
+        INSERT INTO awa.receipt_completion_batches (ready_slot, queue, attempted_at, job_ids,
+                                                    run_leases, attempts, priorities, shards,
+                                                    lane_seqs, return_values)
+        SELECT w.ready_slot, w.queue, w.claimed_at, array_agg(w.job_id ORDER BY w.item),
+               array_agg(w.run_lease ORDER BY w.item),
+               array_agg(w.claim_attempt ORDER BY w.item),
+               array_agg(w.priority ORDER BY w.item), array_agg(w.shard ORDER BY w.item),
+               array_agg(w.lane_seq ORDER BY w.item), array_agg(w.result ORDER BY w.item)
+          FROM won w
+         WHERE w.target = 'completed'
+         GROUP BY w.ready_slot, w.queue, w.batch_id, w.claimed_at
     ), terminal AS (
         INSERT INTO awa.done_entries (ready_slot, ready_generation, job_id, run_lease, state,
                                       queue, priority, shard, lane_seq, attempt, errors,
                                       progress, return_value, attempted_at)
-        SELECT w.ready_slot, w.ready_generation, w.job_id, w.run_lease, w.target, w.queue,
-               w.priority, w.shard, w.lane_seq, w.claim_attempt, w.errors::jsonb,
-               CASE WHEN w.target = 'completed' THEN NULL
-                    ELSE COALESCE(w.progress::jsonb, s.progress, r.progress) END,
-               w.result::json, w.claimed_at
+        SELECT w.ready_slot, 0, w.job_id, w.run_lease, w.target, w.queue, w.priority, w.shard,
+               w.lane_seq, w.claim_attempt, w.errors::jsonb,
+               COALESCE(w.progress::jsonb, s.progress, r.progress), w.result::json, w.claimed_at
           FROM won w
           JOIN awa.ready_entries r
             ON r.ready_slot = w.ready_slot AND r.queue = w.queue AND r.priority = w.priority
            AND r.shard = w.shard AND r.lane_seq = w.lane_seq
           LEFT JOIN awa.attempt_state s ON s.job_id = w.job_id AND s.run_lease = w.run_lease
-         WHERE w.target IN ('completed', 'failed', 'cancelled')
+         WHERE w.target IN ('failed', 'cancelled')
     ), deferred AS (
         INSERT INTO awa.deferred_jobs (job_id, state, queue, priority, kind, args, kwargs,
                                        metadata, tags, attempt, max_attempts, run_lease,
@@ -193,8 +265,9 @@ LANGUAGE sql AS $$
                                        attempted_at)
         SELECT w.job_id, w.target, r.queue, r.priority, r.kind, r.args, r.kwargs, r.metadata,
                r.tags, w.attempt, r.max_attempts, w.run_lease, r.ordering_key,
-               COALESCE(w.errors::jsonb, r.errors), COALESCE(w.progress::jsonb, s.progress, r.progress),
-               r.created_at, COALESCE(w.run_at, clock_timestamp()), w.claimed_at
+               COALESCE(w.errors::jsonb, r.errors),
+               COALESCE(w.progress::jsonb, s.progress, r.progress), r.created_at,
+               COALESCE(w.run_at, clock_timestamp()), w.claimed_at
           FROM won w
           JOIN awa.ready_entries r
             ON r.ready_slot = w.ready_slot AND r.queue = w.queue AND r.priority = w.priority
@@ -208,7 +281,8 @@ LANGUAGE sql AS $$
                                      attempted_at)
         SELECT w.job_id, r.queue, r.priority, r.kind, r.args, r.kwargs, r.metadata, r.tags,
                w.claim_attempt, r.max_attempts, w.run_lease, r.ordering_key,
-               COALESCE(w.errors::jsonb, r.errors), COALESCE(w.progress::jsonb, s.progress, r.progress),
+               COALESCE(w.errors::jsonb, r.errors),
+               COALESCE(w.progress::jsonb, s.progress, r.progress),
                COALESCE(w.reason, 'failed'), r.created_at, r.run_at, w.claimed_at
           FROM won w
           JOIN awa.ready_entries r
@@ -217,25 +291,39 @@ LANGUAGE sql AS $$
           LEFT JOIN awa.attempt_state s ON s.job_id = w.job_id AND s.run_lease = w.run_lease
          WHERE w.target = 'dlq'
     )
-    SELECT x.job_id, x.run_lease FROM closed x
+    SELECT w.job_id, w.run_lease FROM won w;
+END
+$$;
+
+-- Is this attempt still open (claimed, matching, no closure evidence)?
+CREATE OR REPLACE FUNCTION awa.attempt_is_open(
+    p_claim_slot smallint, p_batch_id bigint, p_item integer, p_job_id bigint,
+    p_run_lease bigint)
+RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (SELECT 1 FROM awa.lease_claim_batches b
+                    WHERE b.batch_id = p_batch_id AND b.claim_slot = p_claim_slot
+                      AND b.job_ids[p_item] = p_job_id AND b.run_leases[p_item] = p_run_lease)
+       AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
+                        WHERE x.batch_id = p_batch_id AND x.item = p_item
+                          AND x.claim_slot = p_claim_slot)
+       AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closure_batches y
+                        WHERE y.batch_id = p_batch_id AND y.claim_slot = p_claim_slot
+                          AND p_item = ANY (y.items))
 $$;
 
 -- Record progress of live attempts (one statement for many).  Only attempts
 -- whose receipt is still open are written; returns the ones written.
 CREATE OR REPLACE FUNCTION awa.record_progress(
-    p_job_ids bigint[], p_run_leases bigint[], p_claim_slots smallint[], p_progress text[])
+    p_claim_slots smallint[], p_batch_ids bigint[], p_items integer[], p_job_ids bigint[],
+    p_run_leases bigint[], p_progress text[])
 RETURNS TABLE (job_id bigint, run_lease bigint)
 LANGUAGE sql AS $$
     INSERT INTO awa.attempt_state AS s (job_id, run_lease, progress, updated_at)
     SELECT i.job_id, i.run_lease, i.progress::jsonb, now()
-      FROM unnest(p_job_ids, p_run_leases, p_claim_slots, p_progress)
-           AS i(job_id, run_lease, claim_slot, progress)
-     WHERE EXISTS (SELECT 1 FROM awa.lease_claims c
-                    WHERE c.claim_slot = i.claim_slot AND c.job_id = i.job_id
-                      AND c.run_lease = i.run_lease)
-       AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
-                        WHERE x.claim_slot = i.claim_slot AND x.job_id = i.job_id
-                          AND x.run_lease = i.run_lease)
+      FROM unnest(p_claim_slots, p_batch_ids, p_items, p_job_ids, p_run_leases, p_progress)
+           AS i(claim_slot, batch_id, item, job_id, run_lease, progress)
+     WHERE awa.attempt_is_open(i.claim_slot, i.batch_id, i.item, i.job_id, i.run_lease)
     ON CONFLICT ON CONSTRAINT attempt_state_pkey
     DO UPDATE SET progress = EXCLUDED.progress, updated_at = EXCLUDED.updated_at
     RETURNING s.job_id, s.run_lease
@@ -339,11 +427,7 @@ LANGUAGE sql STABLE AS $$
            AND g.end_seq > h.claim_seq
          WHERE h.queue = ANY (p_queues)
     ) OR EXISTS (
-        SELECT 1 FROM awa.lease_claims c
-         WHERE c.queue = ANY (p_queues)
-           AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
-                            WHERE x.claim_slot = c.claim_slot AND x.job_id = c.job_id
-                              AND x.run_lease = c.run_lease)
+        SELECT 1 FROM awa.open_receipts c WHERE c.queue = ANY (p_queues)
     ) OR EXISTS (
         SELECT 1 FROM awa.deferred_jobs d
          WHERE d.queue = ANY (p_queues) AND d.run_at <= clock_timestamp()

@@ -144,18 +144,12 @@ BEGIN
     ) THEN
         RETURN 'claimable ready rows';
     END IF;
-    IF EXISTS (
-        SELECT 1 FROM awa.lease_claims c
-         WHERE c.ready_slot = p_slot
-           AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
-                            WHERE x.claim_slot = c.claim_slot AND x.job_id = c.job_id
-                              AND x.run_lease = c.run_lease)
-    ) THEN
+    IF EXISTS (SELECT 1 FROM awa.open_receipts c WHERE c.ready_slot = p_slot) THEN
         RETURN 'open receipts';
     END IF;
     IF EXISTS (
         SELECT 1 FROM awa.leases l
-          JOIN awa.lease_claims c ON c.job_id = l.job_id AND c.run_lease = l.run_lease
+          JOIN awa.claim_items c ON c.job_id = l.job_id AND c.run_lease = l.run_lease
          WHERE c.ready_slot = p_slot
     ) THEN
         RETURN 'live leases';
@@ -263,10 +257,14 @@ BEGIN
     IF p_ring = 'queue' THEN
         RETURN awa.queue_slot_busy(p_slot);
     ELSIF p_ring = 'claim' THEN
-        EXECUTE format('SELECT EXISTS (SELECT 1 FROM awa.%I c WHERE NOT EXISTS (
-                            SELECT 1 FROM awa.%I x
-                             WHERE x.job_id = c.job_id AND x.run_lease = c.run_lease))',
-                       'lease_claims_' || p_slot, 'lease_claim_closures_' || p_slot)
+        -- Count proof: every item handed out in the slot has exactly one piece
+        -- of closure evidence (the close guard never writes two).
+        EXECUTE format(
+            'SELECT (SELECT COALESCE(sum(cardinality(job_ids)), 0) FROM awa.%I)
+                  > (SELECT count(*) FROM awa.%I)
+                  + (SELECT COALESCE(sum(cardinality(items)), 0) FROM awa.%I)',
+            'lease_claim_batches_' || p_slot, 'lease_claim_closures_' || p_slot,
+            'lease_claim_closure_batches_' || p_slot)
            INTO v_open;
         RETURN CASE WHEN v_open THEN 'open receipts' END;
     ELSE
@@ -296,11 +294,18 @@ BEGIN
 
     -- Everything else leaves for good: count it permanently.
     INSERT INTO awa.queue_terminal_rollups AS r (queue, state, count)
-    SELECT d.queue, d.state, count(*)
-      FROM awa.done_entries d
-     WHERE d.ready_slot = p_target
-       AND NOT (d.state = 'failed' AND d.finalized_at > now() - p_failed_retention)
-     GROUP BY d.queue, d.state
+    SELECT x.queue, x.state, sum(x.n)
+      FROM (SELECT d.queue, d.state, count(*) AS n
+              FROM awa.done_entries d
+             WHERE d.ready_slot = p_target
+               AND NOT (d.state = 'failed' AND d.finalized_at > now() - p_failed_retention)
+             GROUP BY d.queue, d.state
+            UNION ALL
+            SELECT b.queue, 'completed', sum(cardinality(b.job_ids))
+              FROM awa.receipt_completion_batches b
+             WHERE b.ready_slot = p_target
+             GROUP BY b.queue) AS x
+     GROUP BY x.queue, x.state
     ON CONFLICT (queue, state) DO UPDATE SET count = r.count + EXCLUDED.count;
 END
 $$;
@@ -324,9 +329,9 @@ DECLARE
     v_rescued integer;
 BEGIN
     WITH candidates AS (
-        SELECT c.job_id, c.run_lease, c.claim_slot, c.attempt, c.queue, r.max_attempts,
-               r.errors
-          FROM awa.lease_claims c
+        SELECT c.claim_slot, c.batch_id, c.item, c.job_id, c.run_lease, c.attempt, c.queue,
+               r.max_attempts, r.errors
+          FROM awa.open_receipts c
           JOIN awa.ready_entries r
             ON r.ready_slot = c.ready_slot AND r.queue = c.queue AND r.priority = c.priority
            AND r.shard = c.shard AND r.lane_seq = c.lane_seq
@@ -336,9 +341,6 @@ BEGIN
                                    WHERE i.id = c.runtime_id
                                      AND i.heartbeat_at > clock_timestamp() - p_staleness)
                END
-           AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
-                            WHERE x.claim_slot = c.claim_slot AND x.job_id = c.job_id
-                              AND x.run_lease = c.run_lease)
          LIMIT p_limit
     ), routed AS (
         SELECT c.*,
@@ -355,37 +357,32 @@ BEGIN
                    'traceback', '',
                    'at', clock_timestamp())))::text AS history
           FROM candidates c
+    ), ordered AS (
+        SELECT * FROM routed ORDER BY batch_id, item
     )
     SELECT count(*) INTO v_rescued
       FROM awa.close_attempts(
-          ARRAY(SELECT job_id FROM routed ORDER BY job_id),
-          ARRAY(SELECT run_lease FROM routed ORDER BY job_id),
-          ARRAY(SELECT claim_slot FROM routed ORDER BY job_id),
-          ARRAY(SELECT target FROM routed ORDER BY job_id),
-          ARRAY(SELECT p_reason FROM routed ORDER BY job_id),
-          ARRAY(SELECT clock_timestamp() FROM routed ORDER BY job_id),
-          ARRAY(SELECT attempt FROM routed ORDER BY job_id),
-          ARRAY(SELECT history FROM routed ORDER BY job_id),
-          ARRAY(SELECT NULL::text FROM routed ORDER BY job_id),
-          ARRAY(SELECT p_reason FROM routed ORDER BY job_id),
-          ARRAY(SELECT NULL::text FROM routed ORDER BY job_id));
+          ARRAY(SELECT claim_slot FROM ordered), ARRAY(SELECT batch_id FROM ordered),
+          ARRAY(SELECT item FROM ordered), ARRAY(SELECT job_id FROM ordered),
+          ARRAY(SELECT run_lease FROM ordered), ARRAY(SELECT target FROM ordered),
+          ARRAY(SELECT p_reason FROM ordered), ARRAY(SELECT clock_timestamp() FROM ordered),
+          ARRAY(SELECT attempt FROM ordered), ARRAY(SELECT history FROM ordered),
+          ARRAY(SELECT NULL::text FROM ordered), ARRAY(SELECT p_reason FROM ordered),
+          ARRAY(SELECT NULL::text FROM ordered));
     RETURN v_rescued;
 END
 $$;
 
 -- Which of these attempts are already closed (a live worker cancels them).
 CREATE OR REPLACE FUNCTION awa.closed_attempts(
-    p_job_ids bigint[], p_run_leases bigint[], p_claim_slots smallint[])
+    p_claim_slots smallint[], p_batch_ids bigint[], p_items integer[], p_job_ids bigint[],
+    p_run_leases bigint[])
 RETURNS TABLE (job_id bigint, run_lease bigint)
 LANGUAGE sql STABLE AS $$
     SELECT i.job_id, i.run_lease
-      FROM unnest(p_job_ids, p_run_leases, p_claim_slots) AS i(job_id, run_lease, claim_slot)
-     WHERE EXISTS (SELECT 1 FROM awa.lease_claim_closures x
-                    WHERE x.claim_slot = i.claim_slot AND x.job_id = i.job_id
-                      AND x.run_lease = i.run_lease)
-        OR NOT EXISTS (SELECT 1 FROM awa.lease_claims c
-                        WHERE c.claim_slot = i.claim_slot AND c.job_id = i.job_id
-                          AND c.run_lease = i.run_lease)
+      FROM unnest(p_claim_slots, p_batch_ids, p_items, p_job_ids, p_run_leases)
+           AS i(claim_slot, batch_id, item, job_id, run_lease)
+     WHERE NOT awa.attempt_is_open(i.claim_slot, i.batch_id, i.item, i.job_id, i.run_lease)
 $$;
 
 -- ---------------------------------------------------------------------------

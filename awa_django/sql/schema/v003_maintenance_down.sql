@@ -2,7 +2,7 @@
 SET LOCAL client_min_messages = warning;
 SELECT pg_advisory_xact_lock(hashtext('awa_django.substrate'));
 DROP FUNCTION IF EXISTS awa.cleanup(interval, interval, integer);
-DROP FUNCTION IF EXISTS awa.closed_attempts(bigint[], bigint[], smallint[]);
+DROP FUNCTION IF EXISTS awa.closed_attempts(smallint[], bigint[], integer[], bigint[], bigint[]);
 DROP FUNCTION IF EXISTS awa.rescue_attempts(text, interval, boolean, text[], text[], integer);
 DROP FUNCTION IF EXISTS awa.carry_forward_and_fold(integer, integer, bigint, interval);
 DROP FUNCTION IF EXISTS awa.ring_slot_busy(text, integer, timestamptz);
