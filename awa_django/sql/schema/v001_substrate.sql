@@ -117,7 +117,10 @@ CREATE TABLE IF NOT EXISTS awa.ready_entries (
     run_at           timestamptz NOT NULL,
     PRIMARY KEY (queue, priority, shard, lane_seq, ready_slot)
 ) PARTITION BY LIST (ready_slot);
-CREATE INDEX IF NOT EXISTS ready_entries_job_id_idx ON awa.ready_entries (job_id);
+-- Lookup by id (operators, get_job) without a btree entry per job: job ids
+-- grow with insertion order, so a BRIN range index finds them cheaply.
+CREATE INDEX IF NOT EXISTS ready_entries_job_id_brin ON awa.ready_entries
+    USING brin (job_id) WITH (pages_per_range = 16, autosummarize = on);
 
 -- Committed lane ranges [start_seq, end_seq) and the slot holding their rows.
 -- Claim walks these from the lane's claim cursor; a range no segment covers
