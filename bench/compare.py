@@ -104,10 +104,10 @@ LIVE: dict[int, subprocess.Popen] = {}  # worker/producer processes this driver 
 
 
 def stop_process(proc: subprocess.Popen, timeout: float) -> int | None:
-    """SIGTERM the process group we created, then SIGKILL it after ``timeout``."""
+    """SIGTERM the process (as an operator would), then SIGKILL its group after ``timeout``."""
     if proc.poll() is None:
         try:
-            os.killpg(proc.pid, signal.SIGTERM)
+            proc.send_signal(signal.SIGTERM)
         except ProcessLookupError:
             pass
         try:

@@ -368,8 +368,8 @@ BEGIN
         END LOOP;
     END LOOP;
     INSERT INTO awa.ring_config (ring, slot_count) VALUES (p_ring, p_slots)
-    ON CONFLICT (ring) DO UPDATE
-        SET slot_count = GREATEST(awa.ring_config.slot_count, EXCLUDED.slot_count);
+    ON CONFLICT (ring) DO UPDATE SET slot_count = EXCLUDED.slot_count
+     WHERE awa.ring_config.slot_count < EXCLUDED.slot_count;
 END
 $$;
 

@@ -17,9 +17,9 @@ sys.path.append(str(HERE.parent))
 import benchlib  # noqa: E402
 
 VARIANT = os.environ.get("BENCH_VARIANT", "async")
-# Permits per worker process (`--queue bench:N`): async handlers are cheap
-# coroutines, sync handlers each hold a thread.
-CONCURRENCY = {"async": 512, "sync": 64}[VARIANT]
+# Permits per worker process (`--queue bench:N`, = AWA max_workers): async
+# handlers are coroutines on the worker's loop, sync handlers each get a thread.
+CONCURRENCY = 512
 
 
 @functools.cache
@@ -52,9 +52,10 @@ def install():
 
 def enqueue_bulk(n):
     job = setup()
-    from django.db import transaction
-
     import awa_django
+    from django.db import connection, transaction
+
+    connection.ensure_connection()  # connect before the clock starts
 
     def run():
         with transaction.atomic():

@@ -37,12 +37,14 @@ def install():
 def enqueue_bulk(n):
     from bench_celery import app, noop
 
-    def run():
-        with app.producer_or_acquire() as producer:
+    with app.producer_pool.acquire(block=True) as producer:
+        producer.connection.ensure_connection()  # connect before the clock starts
+
+        def run():
             for _ in range(n):
                 noop.apply_async((0.0,), producer=producer)
 
-    return benchlib.timed(run)
+        return benchlib.timed(run)
 
 
 def produce(rate, duration):

@@ -44,7 +44,9 @@ def install():
 
 def enqueue_bulk(n):
     noop = setup()
-    from django.db import transaction
+    from django.db import connection, transaction
+
+    connection.ensure_connection()  # connect before the clock starts
 
     def run():
         with transaction.atomic():

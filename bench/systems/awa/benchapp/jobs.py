@@ -1,7 +1,6 @@
 """The benchmark's no-op jobs: one async, one sync (same body)."""
 
 import benchlib
-
 from awa_django import job
 
 
