@@ -207,6 +207,7 @@ class Job:
         self.takes_context = bool(takes_context)
         self.is_async = inspect.iscoroutinefunction(func)
         self.signature = inspect.signature(func)
+        self._fitting_shapes: set[tuple[int, frozenset[str]]] = set()
         if self.takes_context and not self.signature.parameters:
             raise InvalidJob(f"{self.qualname} has takes_context=True but accepts no arguments")
         functools.update_wrapper(self, func)  # type: ignore[arg-type]
@@ -218,7 +219,14 @@ class Job:
         return f"<Job {self.kind} queue={self.queue!r}>"
 
     def check_arguments(self, args: tuple, kwargs: dict) -> None:
-        """Reject calls that cannot bind to the handler's signature."""
+        """Reject calls that cannot bind to the handler's signature.
+
+        Whether a call binds depends only on how many positional arguments
+        and which keywords it passes, so the answer is cached by that shape.
+        """
+        shape = (len(args), frozenset(kwargs))
+        if shape in self._fitting_shapes:
+            return
         try:
             if self.takes_context:
                 self.signature.bind(None, *args, **kwargs)
@@ -226,6 +234,8 @@ class Job:
                 self.signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise InvalidJob(f"arguments do not fit {self.qualname}: {exc}") from None
+        if len(self._fitting_shapes) < 64:
+            self._fitting_shapes.add(shape)
 
     def _call(self) -> JobCall:
         return JobCall(

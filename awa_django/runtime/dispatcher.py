@@ -60,6 +60,11 @@ class TokenBucket:
         return max(0.0, (1 - self._tokens) / self.rate)
 
 
+def _cancel_all(contexts: list[JobContext]) -> None:
+    for ctx in contexts:
+        ctx.cancel()
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -124,16 +129,19 @@ class Dispatcher:
             self._bucket.take(len(jobs))
         self.claimed += len(jobs)
         self.last_claim_empty = len(jobs) < wanted
+        create_task = asyncio.get_running_loop().create_task
+        contexts = []
         for job in jobs:
             ctx = context_for(job)
-            task = asyncio.create_task(self._run_job(job, ctx), name=f"awa-job-{job.job_id}")
-            if job.deadline_at is not None:
-                # Tell the handler when its deadline passes; the leader's
-                # deadline rescue closes the attempt itself.
-                delay = (job.deadline_at - datetime.now(UTC)).total_seconds()
-                timer = asyncio.get_running_loop().call_later(max(delay, 0), ctx.cancel)
-                task.add_done_callback(lambda _task, timer=timer: timer.cancel())
+            contexts.append(ctx)
+            task = create_task(self._run_job(job, ctx))
             self.inflight[(job.job_id, job.run_lease)] = (job, ctx, task)
+        if jobs and jobs[0].deadline_at is not None:
+            # One timer per claim (its jobs share the deadline): tell the
+            # handlers still running when it passes.  The leader's deadline
+            # rescue closes the attempts themselves.
+            delay = (jobs[0].deadline_at - datetime.now(UTC)).total_seconds()
+            asyncio.get_running_loop().call_later(max(delay, 0), _cancel_all, contexts)
         return jobs
 
     async def run(self) -> None:

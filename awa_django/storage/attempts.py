@@ -29,7 +29,7 @@ DLQ = "dlq"
 TARGETS = frozenset({COMPLETED, FAILED, CANCELLED, RETRYABLE, SCHEDULED, DLQ})
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ClaimedJob:
     """One attempt handed to this runtime by a claim."""
 
@@ -54,7 +54,7 @@ class ClaimedJob:
     deadline_at: dt.datetime | None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Closure:
     """How one attempt ends; built by the executor, written by the completer.
 
@@ -95,6 +95,7 @@ async def claim(
         query("runtime", "claim_ready"), [queue, limit, runtime_id, deadline, aging_interval]
     )
     rows = await cursor.fetchall()
+    loads = json.loads
     return [
         ClaimedJob(
             job_id=row[0],
@@ -105,12 +106,12 @@ async def claim(
             effective_priority=row[4],
             attempt=row[5],
             max_attempts=row[6],
-            args=json.loads(row[7]),
-            kwargs=json.loads(row[8]),
-            metadata=json.loads(row[9]) if row[9] else {},
-            tags=list(row[10] or ()),
-            errors=json.loads(row[11]) if row[11] else [],
-            progress=json.loads(row[12]) if row[12] else None,
+            args=loads(row[7]),
+            kwargs=loads(row[8]) if row[8] != "{}" else {},
+            metadata=loads(row[9]) if row[9] and row[9] != "{}" else {},
+            tags=row[10] or [],
+            errors=loads(row[11]) if row[11] else [],
+            progress=loads(row[12]) if row[12] else None,
             claim_slot=row[13],
             batch_id=row[14],
             item=row[15],
@@ -131,22 +132,26 @@ async def close_attempts(
     """
     if not closures:
         return set()
+
+    def column(name: str, default: object = None) -> list | None:
+        # A column that holds only its default travels as NULL: the SQL side
+        # reads a NULL array as "every item has the default" (fewer bytes to
+        # encode and send for the common all-completed batch).
+        values = [getattr(c, name) for c in closures]
+        return None if all(v == default for v in values) else values
+
     cursor = await conn.execute(
         query("runtime", "close_attempts"),
         [
-            [c.claim_slot for c in closures],
-            [c.batch_id for c in closures],
-            [c.item for c in closures],
-            [c.job_id for c in closures],
-            [c.run_lease for c in closures],
-            [c.target for c in closures],
-            [c.outcome for c in closures],
-            [c.run_at for c in closures],
-            [c.attempt for c in closures],
-            [c.errors for c in closures],
-            [c.result for c in closures],
-            [c.reason for c in closures],
-            [c.progress for c in closures],
+            *attempt_keys(closures),
+            column("target", COMPLETED),
+            column("outcome", COMPLETED),
+            column("run_at"),
+            column("attempt", 0),
+            column("errors"),
+            column("result"),
+            column("reason"),
+            column("progress"),
         ],
     )
     return {(job_id, run_lease) for job_id, run_lease in await cursor.fetchall()}
@@ -176,7 +181,7 @@ async def queues_have_work(conn: psycopg.AsyncConnection, queues: Sequence[str])
     return bool((await cursor.fetchone())[0])
 
 
-def attempt_keys(jobs: Sequence[ClaimedJob]) -> list[list]:
+def attempt_keys(jobs: Sequence[ClaimedJob] | Sequence[Closure]) -> list[list]:
     """The five parallel arrays that name attempts in SQL."""
     return [
         [job.claim_slot for job in jobs],

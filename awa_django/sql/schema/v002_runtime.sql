@@ -176,7 +176,8 @@ $$;
 --                                      (run_at = p_run_ats[i], NULL meaning now)
 --   dlq                             -> explicit closure + dlq_entries row
 -- Attempts are named by (claim_slot, batch_id, item) and must match their
--- (job_id, run_lease).  p_attempts is the attempt count to store on a
+-- (job_id, run_lease).  Any array after the five key arrays may be NULL,
+-- meaning its default for every item (target 'completed', attempt 0, ...).  p_attempts is the attempt count to store on a
 -- deferred row (a snooze or hand-back passes the count before this attempt,
 -- so it is not counted).  p_errors is the whole error history as JSON text
 -- (NULL keeps the history on the ready row); p_progress likewise for
@@ -201,7 +202,12 @@ BEGIN
 
     RETURN QUERY
     WITH input AS (
-        SELECT DISTINCT ON (i.batch_id, i.item, i.claim_slot) i.*
+        SELECT DISTINCT ON (i.batch_id, i.item, i.claim_slot)
+               i.claim_slot, i.batch_id, i.item, i.job_id, i.run_lease,
+               COALESCE(i.target, 'completed') AS target,
+               COALESCE(i.outcome, i.target, 'completed') AS outcome,
+               i.run_at, COALESCE(i.attempt, 0)::smallint AS attempt, i.errors, i.result,
+               i.reason, i.progress
           FROM unnest(p_claim_slots, p_batch_ids, p_items, p_job_ids, p_run_leases, p_targets,
                       p_outcomes, p_run_ats, p_attempts, p_errors, p_results, p_reasons,
                       p_progress)
