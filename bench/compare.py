@@ -166,7 +166,7 @@ class Runner:
             env["BENCH_LATENCY_DIR"] = str(latency_dir)
         log = self._log(command)
         with open(log, "w") as out:
-            proc = subprocess.Popen(
+            proc = subprocess.Popen(  # noqa: S603 - our own venv python and adapter
                 argv,
                 cwd=self.dir,
                 env=env,
@@ -198,7 +198,7 @@ class Runner:
             env["BENCH_LATENCY_DIR"] = str(latency_dir)
         log = self._log(command)
         out = open(log, "w")
-        proc = subprocess.Popen(
+        proc = subprocess.Popen(  # noqa: S603 - our own venv python and adapter
             argv,
             cwd=self.dir,
             env=env,
@@ -426,7 +426,11 @@ def bench_system(system: System, pg: Postgres, args, out: dict) -> None:
                 try:
                     proc.wait(drain_timeout)
                 except subprocess.TimeoutExpired:
-                    raise StepError(f"drain not finished within {drain_timeout:.0f} s") from None
+                    left = runner.run("counts", timeout=120)
+                    raise StepError(
+                        f"drain not finished within {drain_timeout:.0f} s; counts then: "
+                        f"{json.dumps(left)}; worker log: {tail(proc.log_path)}"
+                    ) from None
                 finished = time.time()
                 if proc.returncode != 0:
                     raise StepError(f"burst worker exited {proc.returncode}: {tail(proc.log_path)}")
@@ -538,12 +542,14 @@ def bench_system(system: System, pg: Postgres, args, out: dict) -> None:
                 raise StepError("W4 producer did not finish in time") from None
             finally:
                 stop_process(producer, 10)
-            lines = [
-                l for l in producer.log_path.read_text().splitlines() if l.startswith(RESULT_PREFIX)
+            reports = [
+                line[len(RESULT_PREFIX) :]
+                for line in producer.log_path.read_text().splitlines()
+                if line.startswith(RESULT_PREFIX)
             ]
-            if producer.returncode != 0 or not lines:
+            if producer.returncode != 0 or not reports:
                 raise StepError(f"W4 producer failed: {tail(producer.log_path)}")
-            produced = json.loads(lines[-1][len(RESULT_PREFIX) :])
+            produced = json.loads(reports[-1])
             end_counts = runner.run("counts", timeout=120)
             end_stats = pg.table_stats(database) if database else None
         finally:
@@ -583,7 +589,7 @@ def venv_versions(venv: str) -> dict:
     if not python.exists():
         return {}
     try:
-        version = subprocess.run(
+        version = subprocess.run(  # noqa: S603
             [str(python), "-c", "import platform; print(platform.python_version())"],
             capture_output=True,
             text=True,
@@ -591,7 +597,7 @@ def venv_versions(venv: str) -> dict:
             check=True,
         ).stdout.strip()
         listed = json.loads(
-            subprocess.run(
+            subprocess.run(  # noqa: S603
                 [str(python), "-m", "pip", "list", "--format=json", "--disable-pip-version-check"],
                 capture_output=True,
                 text=True,
@@ -613,7 +619,7 @@ def machine_info() -> dict:
                 mem = line.split(":", 1)[1].strip()
     except OSError:
         pass
-    nproc = subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip()
+    nproc = subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip()  # noqa: S607
     return {
         "nproc": int(nproc) if nproc.isdigit() else os.cpu_count(),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -663,13 +669,15 @@ def markdown(results: dict) -> str:
         "",
         f"N = {params['n']:,} no-op jobs (W1/W2); W3 = {params['w3_rate']:g} jobs/s for "
         f"{params['w3_seconds']:g} s; W4 = {params['w4_rate']:g} jobs/s offered for "
-        f"{params['w4_seconds']:g} s (Postgres sampled at {params['w4_sample_at']:g} s and at the end). "
+        f"{params['w4_seconds']:g} s (Postgres sampled at {params['w4_sample_at']:g} s "
+        "and at the end). "
         "One worker process per system; every system runs alone, one after another, in a fresh "
         "database.",
         "",
         "## Throughput and latency",
         "",
-        "| System | W1 bulk enqueue (jobs/s) | W2 drain, 1 worker (jobs/s) | W3 pickup p50 / p95 / p99 (ms) "
+        "| System | W1 bulk enqueue (jobs/s) | W2 drain, 1 worker (jobs/s) "
+        "| W3 pickup p50 / p95 / p99 (ms) "
         "| W4 offered → achieved (jobs/s) | W4 queue depth at end | W4 pickup p99 (ms) |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
@@ -723,7 +731,8 @@ def markdown(results: dict) -> str:
         "",
         "## What each system ran with",
         "",
-        "| System | Concurrency | Configuration | Bulk path (W1) | Single enqueue (W3/W4) | Versions |",
+        "| System | Concurrency | Configuration | Bulk path (W1) | Single enqueue (W3/W4) "
+        "| Versions |",
         "|---|---|---|---|---|---|",
     ]
     for r in results["systems"]:
@@ -778,6 +787,12 @@ def chart(results: dict, path: Path) -> str | None:
         ax1.text(v, i, f" {v:,.0f}", va="center", fontsize=8)
     ax2.barh(labels, p99, color=colors)
     ax2.set_xscale("log")
+    positive = [v for v in p99 if v > 0]
+    if positive:  # whole decades, so that bar lengths compare honestly
+        ax2.set_xlim(
+            10 ** math.floor(math.log10(min(positive))),
+            10 ** math.ceil(math.log10(max(positive) * 2)),
+        )
     ax2.set_xlabel("ms, log scale (lower is better)")
     ax2.set_title(f"W3: p99 pickup latency at {results['meta']['params']['w3_rate']:g} jobs/s")
     for i, v in enumerate(p99):
@@ -883,7 +898,8 @@ def main() -> int:
     }
     if meta["postgres"]["settings"].get("autovacuum") == "off":
         meta["notes"].append(
-            "autovacuum is off on this PostgreSQL server (a server setting the bench leaves alone): "
+            "autovacuum is off on this PostgreSQL server (a server setting the bench leaves "
+            "alone): "
             "dead tuples are the raw count each system leaves behind, nothing vacuums them."
             + (
                 " The driver runs a plain ANALYZE of the bench database after W1 and after W2 "
@@ -895,7 +911,8 @@ def main() -> int:
         )
     meta["notes"].append(
         "W2 is timed from spawning the worker process to its exit in burst mode (awa --burst, "
-        "procrastinate --one-shot, pgqueuer drain mode, db_worker --batch, ox_worker --batch), so it "
+        "procrastinate --one-shot, pgqueuer drain mode, db_worker --batch, ox_worker --batch), "
+        "so it "
         "includes start-up and shutdown; `empty_burst_s` and `jobs_per_s_net_of_start_stop` in "
         "results.json separate them. Celery has no burst mode: the driver polls Redis every 50 ms "
         "until the queue and the unacked set are empty."

@@ -192,4 +192,4 @@ def main(
         if worker_env is not None:
             env.update(worker_env())
         sys.stdout.flush()
-        os.execve(argv[0], argv, env)  # the driver signals the real worker process
+        os.execve(argv[0], argv, env)  # noqa: S606 - the driver signals the real worker

@@ -52,8 +52,9 @@ def install():
 
 def enqueue_bulk(n):
     job = setup()
-    import awa_django
     from django.db import connection, transaction
+
+    import awa_django
 
     connection.ensure_connection()  # connect before the clock starts
 

@@ -1,6 +1,7 @@
 """The benchmark's no-op jobs: one async, one sync (same body)."""
 
 import benchlib
+
 from awa_django import job
 
 

@@ -4,7 +4,7 @@ import environ
 
 env = environ.Env()
 
-SECRET_KEY = "awa-bench-not-secret"
+SECRET_KEY = "awa-bench-not-secret"  # noqa: S105 - a local benchmark project
 DEBUG = False
 USE_TZ = True
 INSTALLED_APPS = ["awa_django", "benchapp"]
