@@ -506,38 +506,32 @@ BEGIN
 END
 $$;
 
--- Routing for a batch of immediate jobs (the COPY path).  Reserves every lane
--- the batch touches (in a fixed order, so concurrent batch producers cannot
--- deadlock on each other), appends one segment per lane, notifies each queue
--- once, and returns per input position the job id and ready coordinates the
--- caller then writes with COPY in the same transaction.
-CREATE OR REPLACE FUNCTION awa.reserve_ready_batch(
-    p_queues text[], p_priorities smallint[], p_ordering_keys text[])
-RETURNS TABLE (ord bigint, job_id bigint, shard smallint, lane_seq bigint,
-               ready_slot smallint, ready_generation bigint)
+-- Place jobs in the ready ring: given each job's lane (queue, priority,
+-- shard) in input order, reserve every lane's range once (lanes in a fixed
+-- order, so concurrent batch producers cannot deadlock on each other), read
+-- the ring cursor only after those reservations (they may wait), append one
+-- segment per lane, notify each queue once, and return per input position
+-- the lane_seq and ready slot/generation the caller writes the row with.
+-- Shared by the COPY path and deferred promotion.
+CREATE OR REPLACE FUNCTION awa.place_ready(
+    p_queues text[], p_priorities smallint[], p_shards smallint[], p_run_ats timestamptz[])
+RETURNS TABLE (n bigint, lane_seq bigint, ready_slot smallint, ready_generation bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_slot   smallint;
-    v_gen    bigint;
-    v_salt   bigint := floor(random() * 1000000)::bigint;
-    v_shards smallint[];
-    v_lane   record;
-    l_queue  text[] := '{}';
-    l_prio   smallint[] := '{}';
-    l_shard  smallint[] := '{}';
-    l_first  bigint[] := '{}';
-    l_count  integer[] := '{}';
+    v_slot  smallint;
+    v_gen   bigint;
+    v_lane  record;
+    l_queue text[] := '{}';
+    l_prio  smallint[] := '{}';
+    l_shard smallint[] := '{}';
+    l_first bigint[] := '{}';
+    l_count integer[] := '{}';
+    l_runat timestamptz[] := '{}';
 BEGIN
-    SELECT array_agg(awa.shard_for(m.enqueue_shards, j.okey, v_salt + j.n) ORDER BY j.n)
-      INTO v_shards
-      FROM unnest(p_queues, p_ordering_keys) WITH ORDINALITY AS j(queue, okey, n)
-      LEFT JOIN awa.queue_meta m ON m.queue = j.queue;
-
-    -- Reserve every lane first (this may wait for other producers), then read
-    -- the ring cursor, so the rows land in the slot that is current now.
     FOR v_lane IN
-        SELECT j.queue, j.priority, j.shard, count(*)::integer AS n
-          FROM unnest(p_queues, p_priorities, v_shards) AS j(queue, priority, shard)
+        SELECT j.queue, j.priority, j.shard, count(*)::integer AS n,
+               COALESCE(min(j.run_at), now()) AS run_at
+          FROM unnest(p_queues, p_priorities, p_shards, p_run_ats) AS j(queue, priority, shard, run_at)
          GROUP BY j.queue, j.priority, j.shard
          ORDER BY j.queue, j.priority, j.shard
     LOOP
@@ -547,24 +541,48 @@ BEGIN
         l_first := l_first || awa.reserve_lane(v_lane.queue, v_lane.priority, v_lane.shard,
                                                v_lane.n);
         l_count := l_count || v_lane.n;
+        l_runat := l_runat || v_lane.run_at;
     END LOOP;
     SELECT c.slot, c.generation INTO v_slot, v_gen FROM awa.queue_ring_cursor() c;
     INSERT INTO awa.ready_segments (ready_slot, ready_generation, queue, priority, shard,
                                     start_seq, end_seq, run_at)
-    SELECT v_slot, v_gen, l.queue, l.priority, l.shard, l.first, l.first + l.n, now()
-      FROM unnest(l_queue, l_prio, l_shard, l_first, l_count) AS l(queue, priority, shard, first, n);
-
+    SELECT v_slot, v_gen, l.queue, l.priority, l.shard, l.first, l.first + l.n, l.run_at
+      FROM unnest(l_queue, l_prio, l_shard, l_first, l_count, l_runat)
+           AS l(queue, priority, shard, first, n, run_at);
     PERFORM pg_notify(awa.queue_channel(d.queue), '')
        FROM (SELECT DISTINCT unnest(p_queues)) AS d(queue);
 
     RETURN QUERY
-    SELECT j.n, nextval('awa.job_id_seq'), j.shard,
+    SELECT j.n,
            l.first + row_number() OVER (PARTITION BY j.queue, j.priority, j.shard ORDER BY j.n) - 1,
            v_slot, v_gen
-      FROM unnest(p_queues, p_priorities, v_shards) WITH ORDINALITY AS j(queue, priority, shard, n)
+      FROM unnest(p_queues, p_priorities, p_shards) WITH ORDINALITY AS j(queue, priority, shard, n)
       JOIN unnest(l_queue, l_prio, l_shard, l_first) AS l(queue, priority, shard, first)
-        ON l.queue = j.queue AND l.priority = j.priority AND l.shard = j.shard
-     ORDER BY j.n;
+        ON l.queue = j.queue AND l.priority = j.priority AND l.shard = j.shard;
+END
+$$;
+
+-- Routing for a batch of immediate jobs (the COPY path): shards, lane
+-- places and job ids per input position; the caller COPYs the rows in the
+-- same transaction.
+CREATE OR REPLACE FUNCTION awa.reserve_ready_batch(
+    p_queues text[], p_priorities smallint[], p_ordering_keys text[])
+RETURNS TABLE (ord bigint, job_id bigint, shard smallint, lane_seq bigint,
+               ready_slot smallint, ready_generation bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_salt   bigint := floor(random() * 1000000)::bigint;
+    v_shards smallint[];
+BEGIN
+    SELECT array_agg(awa.shard_for(m.enqueue_shards, j.okey, v_salt + j.n) ORDER BY j.n)
+      INTO v_shards
+      FROM unnest(p_queues, p_ordering_keys) WITH ORDINALITY AS j(queue, okey, n)
+      LEFT JOIN awa.queue_meta m ON m.queue = j.queue;
+    RETURN QUERY
+    SELECT p.n, nextval('awa.job_id_seq'), v_shards[p.n], p.lane_seq, p.ready_slot,
+           p.ready_generation
+      FROM awa.place_ready(p_queues, p_priorities, v_shards, NULL) AS p
+     ORDER BY p.n;
 END
 $$;
 

@@ -255,51 +255,49 @@ BEGIN
           FROM won w
          WHERE w.target = 'completed'
          GROUP BY w.ready_slot, w.queue, w.batch_id, w.claimed_at
-    ), terminal AS (
-        INSERT INTO awa.done_entries (ready_slot, ready_generation, job_id, run_lease, state,
-                                      queue, priority, shard, lane_seq, attempt, errors,
-                                      progress, return_value, attempted_at)
-        SELECT w.ready_slot, 0, w.job_id, w.run_lease, w.target, w.queue, w.priority, w.shard,
-               w.lane_seq, w.claim_attempt, w.errors::jsonb,
-               COALESCE(w.progress::jsonb, s.progress, r.progress), w.result::json, w.claimed_at
+    ), settled AS (
+        -- Non-success outcomes, with the job body and the progress they keep.
+        SELECT w.*, r.kind, r.args, r.kwargs, r.metadata, r.tags, r.max_attempts,
+               r.ordering_key, r.created_at, r.run_at AS ready_run_at,
+               COALESCE(w.errors::jsonb, r.errors) AS history,
+               COALESCE(w.progress::jsonb, s.progress, r.progress) AS last_progress
           FROM won w
           JOIN awa.ready_entries r
             ON r.ready_slot = w.ready_slot AND r.queue = w.queue AND r.priority = w.priority
            AND r.shard = w.shard AND r.lane_seq = w.lane_seq
           LEFT JOIN awa.attempt_state s ON s.job_id = w.job_id AND s.run_lease = w.run_lease
-         WHERE w.target IN ('failed', 'cancelled')
+         WHERE w.target <> 'completed'
+    ), terminal AS (
+        INSERT INTO awa.done_entries (ready_slot, ready_generation, job_id, run_lease, state,
+                                      queue, priority, shard, lane_seq, attempt, errors,
+                                      progress, return_value, attempted_at)
+        SELECT t.ready_slot, 0, t.job_id, t.run_lease, t.target, t.queue, t.priority, t.shard,
+               t.lane_seq, t.claim_attempt, t.errors::jsonb, t.last_progress, t.result::json,
+               t.claimed_at
+          FROM settled t
+         WHERE t.target IN ('failed', 'cancelled')
     ), deferred AS (
         INSERT INTO awa.deferred_jobs (job_id, state, queue, priority, kind, args, kwargs,
                                        metadata, tags, attempt, max_attempts, run_lease,
                                        ordering_key, errors, progress, created_at, run_at,
                                        attempted_at)
-        SELECT w.job_id, w.target, r.queue, r.priority, r.kind, r.args, r.kwargs, r.metadata,
-               r.tags, w.attempt, r.max_attempts, w.run_lease, r.ordering_key,
-               COALESCE(w.errors::jsonb, r.errors),
-               COALESCE(w.progress::jsonb, s.progress, r.progress), r.created_at,
-               COALESCE(w.run_at, clock_timestamp()), w.claimed_at
-          FROM won w
-          JOIN awa.ready_entries r
-            ON r.ready_slot = w.ready_slot AND r.queue = w.queue AND r.priority = w.priority
-           AND r.shard = w.shard AND r.lane_seq = w.lane_seq
-          LEFT JOIN awa.attempt_state s ON s.job_id = w.job_id AND s.run_lease = w.run_lease
-         WHERE w.target IN ('retryable', 'scheduled')
+        SELECT t.job_id, t.target, t.queue, t.priority, t.kind, t.args, t.kwargs, t.metadata,
+               t.tags, t.attempt, t.max_attempts, t.run_lease, t.ordering_key, t.history,
+               t.last_progress, t.created_at, COALESCE(t.run_at, clock_timestamp()),
+               t.claimed_at
+          FROM settled t
+         WHERE t.target IN ('retryable', 'scheduled')
     ), dead AS (
         INSERT INTO awa.dlq_entries (job_id, queue, priority, kind, args, kwargs, metadata,
                                      tags, attempt, max_attempts, run_lease, ordering_key,
                                      errors, progress, reason, created_at, run_at,
                                      attempted_at)
-        SELECT w.job_id, r.queue, r.priority, r.kind, r.args, r.kwargs, r.metadata, r.tags,
-               w.claim_attempt, r.max_attempts, w.run_lease, r.ordering_key,
-               COALESCE(w.errors::jsonb, r.errors),
-               COALESCE(w.progress::jsonb, s.progress, r.progress),
-               COALESCE(w.reason, 'failed'), r.created_at, r.run_at, w.claimed_at
-          FROM won w
-          JOIN awa.ready_entries r
-            ON r.ready_slot = w.ready_slot AND r.queue = w.queue AND r.priority = w.priority
-           AND r.shard = w.shard AND r.lane_seq = w.lane_seq
-          LEFT JOIN awa.attempt_state s ON s.job_id = w.job_id AND s.run_lease = w.run_lease
-         WHERE w.target = 'dlq'
+        SELECT t.job_id, t.queue, t.priority, t.kind, t.args, t.kwargs, t.metadata, t.tags,
+               t.claim_attempt, t.max_attempts, t.run_lease, t.ordering_key, t.history,
+               t.last_progress, COALESCE(t.reason, 'failed'), t.created_at, t.ready_run_at,
+               t.claimed_at
+          FROM settled t
+         WHERE t.target = 'dlq'
     )
     SELECT w.job_id, w.run_lease FROM won w;
 END
@@ -351,15 +349,6 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_rows   awa.deferred_jobs[];
     v_shards smallint[];
-    v_slot   smallint;
-    v_gen    bigint;
-    v_lane   record;
-    l_queue  text[] := '{}';
-    l_prio   smallint[] := '{}';
-    l_shard  smallint[] := '{}';
-    l_first  bigint[] := '{}';
-    l_count  integer[] := '{}';
-    l_run_at timestamptz[] := '{}';
 BEGIN
     WITH due AS (
         DELETE FROM awa.deferred_jobs d
@@ -380,44 +369,23 @@ BEGIN
       FROM unnest(v_rows) WITH ORDINALITY AS d
       LEFT JOIN awa.queue_meta m ON m.queue = d.queue;
 
-    FOR v_lane IN
-        SELECT d.queue, d.priority, s.shard, count(*)::integer AS n, min(d.run_at) AS run_at
-          FROM unnest(v_rows) WITH ORDINALITY AS d
-          JOIN unnest(v_shards) WITH ORDINALITY AS s(shard, n) ON s.n = d.ordinality
-         GROUP BY d.queue, d.priority, s.shard
-         ORDER BY d.queue, d.priority, s.shard
-    LOOP
-        l_queue := l_queue || v_lane.queue;
-        l_prio := l_prio || v_lane.priority;
-        l_shard := l_shard || v_lane.shard;
-        l_first := l_first || awa.reserve_lane(v_lane.queue, v_lane.priority, v_lane.shard,
-                                               v_lane.n);
-        l_count := l_count || v_lane.n;
-        l_run_at := l_run_at || v_lane.run_at;
-    END LOOP;
-    -- The cursor is read after the lane reservations (which may wait).
-    SELECT c.slot, c.generation INTO v_slot, v_gen FROM awa.queue_ring_cursor() c;
-    INSERT INTO awa.ready_segments (ready_slot, ready_generation, queue, priority, shard,
-                                    start_seq, end_seq, run_at)
-    SELECT v_slot, v_gen, l.queue, l.priority, l.shard, l.first, l.first + l.n, l.run_at
-      FROM unnest(l_queue, l_prio, l_shard, l_first, l_count, l_run_at)
-           AS l(queue, priority, shard, first, n, run_at);
-
     INSERT INTO awa.ready_entries (ready_slot, ready_generation, queue, priority, shard, lane_seq,
                                    job_id, kind, args, kwargs, metadata, tags, attempt,
                                    max_attempts, run_lease, ordering_key, errors, progress,
                                    created_at, run_at)
-    SELECT v_slot, v_gen, d.queue, d.priority, s.shard,
-           l.first + row_number() OVER (PARTITION BY d.queue, d.priority, s.shard ORDER BY d.ordinality) - 1,
-           d.job_id, d.kind, d.args, d.kwargs, d.metadata, d.tags, d.attempt, d.max_attempts,
-           d.run_lease, d.ordering_key, d.errors, d.progress, d.created_at, d.run_at
+    SELECT p.ready_slot, p.ready_generation, d.queue, d.priority, v_shards[d.ordinality],
+           p.lane_seq, d.job_id, d.kind, d.args, d.kwargs, d.metadata, d.tags, d.attempt,
+           d.max_attempts, d.run_lease, d.ordering_key, d.errors, d.progress, d.created_at,
+           d.run_at
       FROM unnest(v_rows) WITH ORDINALITY AS d
-      JOIN unnest(v_shards) WITH ORDINALITY AS s(shard, n) ON s.n = d.ordinality
-      JOIN unnest(l_queue, l_prio, l_shard, l_first) AS l(queue, priority, shard, first)
-        ON l.queue = d.queue AND l.priority = d.priority AND l.shard = s.shard;
-
-    PERFORM pg_notify(awa.queue_channel(q.queue), '')
-       FROM (SELECT DISTINCT d.queue FROM unnest(v_rows) AS d) AS q;
+      JOIN awa.place_ready(
+               ARRAY(SELECT x.queue FROM unnest(v_rows) WITH ORDINALITY AS x ORDER BY x.ordinality),
+               ARRAY(SELECT x.priority FROM unnest(v_rows) WITH ORDINALITY AS x
+                      ORDER BY x.ordinality),
+               v_shards,
+               ARRAY(SELECT x.run_at FROM unnest(v_rows) WITH ORDINALITY AS x
+                      ORDER BY x.ordinality)) AS p
+        ON p.n = d.ordinality;
     RETURN cardinality(v_rows);
 END
 $$;
