@@ -16,7 +16,7 @@ import datetime as dt
 import functools
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from .conf import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, awa_settings
@@ -36,7 +36,7 @@ from .payload import (
 from .records import EnqueuedJob
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class PreparedJob:
     """A validated, serialised job ready to be written (see ``enqueue_many``)."""
 
@@ -87,25 +87,57 @@ registry = _Registry()
 _UNSET: Any = object()
 
 
-@dataclass(frozen=True)
-class _Options:
-    queue: str
-    priority: int
-    max_attempts: int
-    run_at: dt.datetime | None = None
-    run_in: float | None = None
-    ordering_key: str | None = None
-    tags: tuple[str, ...] = ()
-    metadata: Mapping[str, Any] | None = None
-    database: str | None = None
-
-
 class JobCall:
-    """A job with per-call options bound by ``.using(...)``."""
+    """A job with per-call options bound by ``.using(...)``.
 
-    def __init__(self, job: Job, options: _Options) -> None:
+    Options are validated here, once, so a bad option raises ``InvalidJob``
+    as soon as it is given and ``prepare``/``enqueue`` only have the call's
+    arguments left to check (the hot path of bulk enqueue).
+    """
+
+    __slots__ = (
+        "_database",
+        "_max_attempts",
+        "_metadata",
+        "_metadata_json",
+        "_ordering_key",
+        "_priority",
+        "_queue",
+        "_raw_ordering_key",
+        "_run_at",
+        "_run_in",
+        "_tags",
+        "job",
+    )
+
+    def __init__(
+        self,
+        job: Job,
+        *,
+        queue: str,
+        priority: int,
+        max_attempts: int,
+        run_at: dt.datetime | None = None,
+        run_in: float | None = None,
+        ordering_key: str | bytes | None = None,
+        tags: Iterable[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        database: str | None = None,
+    ) -> None:
+        if run_at is not None and run_in is not None:
+            raise InvalidJob("pass run_at or run_in, not both")
         self.job = job
-        self.options = options
+        self._queue = check_queue(queue)
+        self._priority = check_priority(priority)
+        self._max_attempts = check_max_attempts(max_attempts)
+        self._run_at = check_run_at(run_at)
+        self._run_in = run_in
+        self._raw_ordering_key = ordering_key
+        self._ordering_key = check_ordering_key(ordering_key)
+        self._tags = check_tags(tags)
+        self._metadata = metadata
+        self._metadata_json = check_metadata(metadata)
+        self._database = database
 
     def using(
         self,
@@ -121,53 +153,51 @@ class JobCall:
         metadata: Mapping[str, Any] | None = _UNSET,
         database: str | None = _UNSET,
     ) -> JobCall:
-        """Return a copy with these options replaced (validated at enqueue)."""
+        """Return a copy with these options replaced (validated now)."""
         if unique is not _UNSET and unique is not None:
             raise InvalidJob("unique jobs are not supported by this version of awa_django")
-        changes: dict[str, Any] = {}
-        if queue is not _UNSET:
-            changes["queue"] = queue
-        if priority is not _UNSET:
-            changes["priority"] = priority
-        if max_attempts is not _UNSET:
-            changes["max_attempts"] = max_attempts
-        if run_at is not _UNSET:
-            changes["run_at"] = run_at
-        if run_in is not _UNSET:
-            changes["run_in"] = None if run_in is None else seconds(run_in, "run_in")
-        if ordering_key is not _UNSET:
-            changes["ordering_key"] = ordering_key
-        if tags is not _UNSET:
-            changes["tags"] = tuple(check_tags(tags))
-        if metadata is not _UNSET:
-            changes["metadata"] = metadata
-        if database is not _UNSET:
-            changes["database"] = database
-        return JobCall(self.job, replace(self.options, **changes))
+
+        def pick(value: Any, current: Any) -> Any:
+            return current if value is _UNSET else value
+
+        return JobCall(
+            self.job,
+            queue=pick(queue, self._queue),
+            priority=pick(priority, self._priority),
+            max_attempts=pick(max_attempts, self._max_attempts),
+            run_at=pick(run_at, self._run_at),
+            run_in=(
+                self._run_in
+                if run_in is _UNSET
+                else None
+                if run_in is None
+                else seconds(run_in, "run_in")
+            ),
+            ordering_key=pick(ordering_key, self._raw_ordering_key),
+            tags=pick(tags, self._tags),
+            metadata=pick(metadata, self._metadata),
+            database=pick(database, self._database),
+        )
 
     def prepare(self, *args: Any, **kwargs: Any) -> PreparedJob:
         """Validate and serialise one call; nothing is written."""
-        opts = self.options
-        if opts.run_at is not None and opts.run_in is not None:
-            raise InvalidJob("pass run_at or run_in, not both")
-        run_at = check_run_at(opts.run_at)
-        if opts.run_in is not None:
-            run_at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=opts.run_in)
+        run_at = self._run_at
+        if self._run_in is not None:
+            run_at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=self._run_in)
         self.job.check_arguments(args, kwargs)
-        config = awa_settings()
-        args_json, kwargs_json = encode_arguments(args, kwargs, config.max_payload_bytes)
+        args_json, kwargs_json = encode_arguments(args, kwargs, awa_settings().max_payload_bytes)
         return PreparedJob(
-            kind=self.job.kind,
-            queue=check_queue(opts.queue),
-            priority=check_priority(opts.priority),
-            max_attempts=check_max_attempts(opts.max_attempts),
-            args_json=args_json,
-            kwargs_json=kwargs_json,
-            metadata_json=check_metadata(opts.metadata),
-            tags=list(opts.tags),
-            run_at=run_at,
-            ordering_key=check_ordering_key(opts.ordering_key),
-            database=opts.database,
+            self.job.kind,
+            self._queue,
+            self._priority,
+            self._max_attempts,
+            args_json,
+            kwargs_json,
+            self._metadata_json,
+            self._tags,
+            run_at,
+            self._ordering_key,
+            self._database,
         )
 
     def enqueue(self, *args: Any, **kwargs: Any) -> EnqueuedJob:
@@ -208,6 +238,7 @@ class Job:
         self.is_async = inspect.iscoroutinefunction(func)
         self.signature = inspect.signature(func)
         self._fitting_shapes: set[tuple[int, frozenset[str]]] = set()
+        self._default_call: JobCall | None = None
         if self.takes_context and not self.signature.parameters:
             raise InvalidJob(f"{self.qualname} has takes_context=True but accepts no arguments")
         functools.update_wrapper(self, func)  # type: ignore[arg-type]
@@ -238,9 +269,12 @@ class Job:
             self._fitting_shapes.add(shape)
 
     def _call(self) -> JobCall:
-        return JobCall(
-            self, _Options(queue=self.queue, priority=self.priority, max_attempts=self.max_attempts)
-        )
+        # The job's defaults never change: validate them once.
+        if self._default_call is None:
+            self._default_call = JobCall(
+                self, queue=self.queue, priority=self.priority, max_attempts=self.max_attempts
+            )
+        return self._default_call
 
     def using(self, **options: Any) -> JobCall:
         """Per-call options: queue, priority, run_at, run_in, max_attempts, ..."""

@@ -126,18 +126,23 @@ def _check_keys(value: Any, path: str) -> None:
                     stack.append((child, f"{where}[{index}]"))
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+_ASCII_ENCODER = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+
+
 def to_json(value: Any, field: str) -> str:
     """Serialise ``value`` to compact JSON text or raise InvalidJob."""
     _check_keys(value, field)
     try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text = _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise InvalidJob(f"{field} is not JSON-serialisable: {exc}") from None
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        # Lone surrogates cannot travel as UTF-8; escape them instead.
-        text = json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            # Lone surrogates cannot travel as UTF-8; escape them instead.
+            text = _ASCII_ENCODER.encode(value)
     return text
 
 
@@ -154,11 +159,13 @@ def check_metadata(metadata: Any) -> str:
 
 def encode_arguments(args: tuple, kwargs: dict, limit: int) -> tuple[str, str]:
     """JSON text of positional and keyword arguments, within ``limit`` bytes."""
-    args_json = to_json(list(args), "args")
-    kwargs_json = to_json(kwargs, "kwargs")
-    size = len(args_json.encode("utf-8", "surrogatepass")) + len(
-        kwargs_json.encode("utf-8", "surrogatepass")
-    )
+    args_json = to_json(list(args), "args") if args else "[]"
+    kwargs_json = to_json(kwargs, "kwargs") if kwargs else "{}"
+    size = len(args_json) + len(kwargs_json)  # exact for ASCII text
+    if not (args_json.isascii() and kwargs_json.isascii()):
+        size = len(args_json.encode("utf-8", "surrogatepass")) + len(
+            kwargs_json.encode("utf-8", "surrogatepass")
+        )
     if size > limit:
         raise InvalidJob(
             f"job arguments are {size} bytes as JSON, over the limit of {limit} "

@@ -39,7 +39,7 @@ from ..storage.attempts import promote_due
 log = logging.getLogger("awa_django.maintenance")
 
 ELECTION_INTERVAL = 1.0
-PRUNE_LOCK_TIMEOUT_MS = 50
+PRUNE_LOCK_TIMEOUT_MS = 10
 RESCUE_BATCH = 1000
 PROMOTE_BATCH = 1000
 KEEPALIVES = {

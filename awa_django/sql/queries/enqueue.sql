@@ -7,7 +7,7 @@ SELECT job_id, state, run_at
                        %s::smallint, %s::timestamptz, %s::text)
 
 -- name: reserve_ready_batch
-SELECT r.ord, r.job_id, r.shard, r.lane_seq, r.ready_slot, r.ready_generation, now()
+SELECT r.ord, r.job_id, r.shard, r.lane_seq, r.ready_slot, r.ready_generation, now()::text
   FROM awa.reserve_ready_batch(%s::text[], %s::smallint[], %s::text[]) AS r
 
 -- name: reserve_job_ids
