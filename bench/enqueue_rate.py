@@ -32,12 +32,13 @@ def main() -> None:
     import django
 
     django.setup()
-    import awa_django
-    from awa_django import job
-    from awa_django.storage.substrate import reset_data
     from django.core.management import call_command
     from django.db import connection, transaction
     from django.test.utils import setup_databases, teardown_databases
+
+    import awa_django
+    from awa_django import job
+    from awa_django.storage.substrate import reset_data
 
     os.environ.setdefault("AWA_TEST_DATABASE", f"awa_bench_{uuid.uuid4().hex[:8]}")
     state = setup_databases(verbosity=0, interactive=False)
