@@ -25,6 +25,17 @@ sys.path[:0] = [str(ROOT), str(ROOT / "testproject")]
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
 
 
+def _status_and_close() -> dict:
+    from django.db import connections
+
+    from awa_django.storage.status import storage_status
+
+    try:
+        return storage_status()
+    finally:
+        connections.close_all()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=100_000)
@@ -56,22 +67,18 @@ def main() -> None:
         )
         peak_dead = 0
 
+        produced = 0
+
         def produce() -> None:
+            nonlocal produced
+            call = noop_async.using(queue="awa_bench")
             try:
                 for _ in range(options.jobs // options.batch):
-                    awa_django.enqueue_many(
-                        [
-                            noop_async.using(queue="awa_bench").prepare()
-                            for _ in range(options.batch)
-                        ]
-                    )
                     # Keep the backlog bounded, like a steady producer would.
-                    while (
-                        worker.completed
-                        and awa_django.ops.queue_counts("awa_bench")["available"]
-                        > 20 * options.batch
-                    ):
-                        time.sleep(0.05)
+                    while produced - worker.completed > 20 * options.batch:
+                        time.sleep(0.02)
+                    awa_django.enqueue_many([call.prepare() for _ in range(options.batch)])
+                    produced += options.batch
             finally:
                 connections.close_all()
 
@@ -81,9 +88,10 @@ def main() -> None:
             producer = threading.Thread(target=produce)
             start = time.perf_counter()
             producer.start()
-            while worker.completed < options.jobs:
+            deadline = time.perf_counter() + 600
+            while worker.completed < options.jobs and time.perf_counter() < deadline:
                 await asyncio.sleep(1)
-                report = await asyncio.to_thread(storage_status)
+                report = await asyncio.to_thread(_status_and_close)
                 peak_dead = max(peak_dead, report["dead_tuples"])
             elapsed = time.perf_counter() - start
             await asyncio.sleep(3)  # let maintenance take a few more turns
