@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 from .context import JobContext
 from .exceptions import CallbackNotFound, InvalidJob, JobNotFound, UniqueConflict
-from .jobs import Job, PreparedJob, job
+from .jobs import Job, PreparedJob, Unique, job
 from .outcomes import Cancel, RetryAfter, Snooze, TerminalError, WaitForCallback
 from .records import EnqueuedJob, JobInfo
 
@@ -39,6 +39,7 @@ __all__ = [
     "RetryAfter",
     "Snooze",
     "TerminalError",
+    "Unique",
     "UniqueConflict",
     "WaitForCallback",
     "enqueue_many",

@@ -316,3 +316,17 @@ def job(
     if func is not None:
         return register(func)
     return register
+
+
+@dataclass(frozen=True)
+class Unique:
+    """Uniqueness options for ``using(unique=...)`` (API.md).
+
+    Declared so code written against the public API imports; enqueueing with
+    it raises ``InvalidJob`` until unique claims land in a later release.
+    """
+
+    by_args: bool = True
+    by_queue: bool = False
+    by_period: float | None = None
+    states: tuple[str, ...] = ("scheduled", "available", "running", "retryable")
