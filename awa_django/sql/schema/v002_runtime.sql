@@ -47,7 +47,7 @@ CREATE OR REPLACE FUNCTION awa.claim_ready(
 RETURNS TABLE (job_id bigint, run_lease bigint, kind text, priority smallint,
                effective_priority smallint, attempt smallint, max_attempts smallint,
                args text, kwargs text, metadata text, tags text[], errors text, progress text,
-               claim_slot smallint, batch_id bigint, item integer, created_at timestamptz,
+               claim_slot smallint, batch_id bigint, item integer,
                deadline_at timestamptz)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -62,6 +62,14 @@ DECLARE
     l_attempts   smallint[];
     l_seqs       bigint[];
     l_slots      smallint[];
+    l_kinds      text[];
+    l_max        smallint[];
+    l_args       text[];
+    l_kwargs     text[];
+    l_meta       text[];
+    l_tags       text[];
+    l_errors     text[];
+    l_progress   text[];
     a_ids        bigint[] := '{}';
     a_leases     bigint[] := '{}';
     a_attempts   smallint[] := '{}';
@@ -70,6 +78,14 @@ DECLARE
     a_shards     smallint[] := '{}';
     a_seqs       bigint[] := '{}';
     a_slots      smallint[] := '{}';
+    a_kinds      text[] := '{}';
+    a_max        smallint[] := '{}';
+    a_args       text[] := '{}';
+    a_kwargs     text[] := '{}';
+    a_meta       text[] := '{}';
+    a_tags       text[] := '{}';
+    a_errors     text[] := '{}';
+    a_progress   text[] := '{}';
 BEGIN
     IF p_max <= 0 OR EXISTS (SELECT 1 FROM awa.queue_meta m
                               WHERE m.queue = p_queue AND m.paused_at IS NOT NULL) THEN
@@ -102,7 +118,10 @@ BEGIN
     LOOP
         EXIT WHEN v_left <= 0;
         WITH candidates AS (
-            SELECT r.job_id, r.run_lease, r.attempt, r.lane_seq, r.ready_slot,
+            SELECT r.job_id, r.run_lease, r.attempt, r.lane_seq, r.ready_slot, r.kind,
+                   r.max_attempts, r.args::text AS args, r.kwargs::text AS kwargs,
+                   r.metadata::text AS metadata, r.tags::text AS tags, r.errors::text AS errors,
+                   r.progress::text AS progress,
                    EXISTS (SELECT 1 FROM awa.ready_tombstones t
                             WHERE t.ready_slot = r.ready_slot AND t.queue = r.queue
                               AND t.priority = r.priority AND t.shard = r.shard
@@ -124,8 +143,17 @@ BEGIN
                COALESCE(array_agg((c.attempt + 1)::smallint ORDER BY c.lane_seq)
                         FILTER (WHERE NOT c.spent), '{}'),
                COALESCE(array_agg(c.lane_seq ORDER BY c.lane_seq) FILTER (WHERE NOT c.spent), '{}'),
-               COALESCE(array_agg(c.ready_slot ORDER BY c.lane_seq) FILTER (WHERE NOT c.spent), '{}')
-          INTO l_ids, l_leases, l_attempts, l_seqs, l_slots
+               COALESCE(array_agg(c.ready_slot ORDER BY c.lane_seq) FILTER (WHERE NOT c.spent), '{}'),
+               array_agg(c.kind ORDER BY c.lane_seq) FILTER (WHERE NOT c.spent),
+               array_agg(c.max_attempts ORDER BY c.lane_seq) FILTER (WHERE NOT c.spent),
+               array_agg(c.args ORDER BY c.lane_seq) FILTER (WHERE NOT c.spent),
+               array_agg(c.kwargs ORDER BY c.lane_seq) FILTER (WHERE NOT c.spent),
+               array_agg(c.metadata ORDER BY c.lane_seq) FILTER (WHERE NOT c.spent),
+               array_agg(c.tags ORDER BY c.lane_seq) FILTER (WHERE NOT c.spent),
+               array_agg(c.errors ORDER BY c.lane_seq) FILTER (WHERE NOT c.spent),
+               array_agg(c.progress ORDER BY c.lane_seq) FILTER (WHERE NOT c.spent)
+          INTO l_ids, l_leases, l_attempts, l_seqs, l_slots, l_kinds, l_max, l_args, l_kwargs,
+               l_meta, l_tags, l_errors, l_progress
           FROM candidates c;
         IF cardinality(l_ids) > 0 THEN
             a_ids := a_ids || l_ids;
@@ -133,6 +161,14 @@ BEGIN
             a_attempts := a_attempts || l_attempts;
             a_seqs := a_seqs || l_seqs;
             a_slots := a_slots || l_slots;
+            a_kinds := a_kinds || l_kinds;
+            a_max := a_max || l_max;
+            a_args := a_args || l_args;
+            a_kwargs := a_kwargs || l_kwargs;
+            a_meta := a_meta || l_meta;
+            a_tags := a_tags || l_tags;
+            a_errors := a_errors || l_errors;
+            a_progress := a_progress || l_progress;
             a_prios := a_prios || array_fill(v_lane.priority, ARRAY[cardinality(l_ids)]);
             a_effective := a_effective
                 || array_fill(v_lane.effective_priority, ARRAY[cardinality(l_ids)]);
@@ -153,17 +189,16 @@ BEGIN
     VALUES (v_claim_slot, v_batch, p_runtime, p_queue, v_now, v_deadline, a_ids, a_leases,
             a_attempts, a_prios, a_effective, a_shards, a_seqs, a_slots);
 
+    -- The job bodies were read with the candidates: no second pass over the ring.
     RETURN QUERY
-    SELECT i.job_id, i.run_lease, r.kind, i.priority, i.effective_priority, i.attempt,
-           r.max_attempts, r.args::text, r.kwargs::text, r.metadata::text, r.tags,
-           r.errors::text, r.progress::text, v_claim_slot, v_batch, i.item::integer,
-           r.created_at, v_deadline
-      FROM unnest(a_ids, a_leases, a_attempts, a_prios, a_effective, a_shards, a_seqs, a_slots)
-           WITH ORDINALITY AS i(job_id, run_lease, attempt, priority, effective_priority, shard,
-                                lane_seq, ready_slot, item)
-      JOIN awa.ready_entries r
-        ON r.ready_slot = i.ready_slot AND r.queue = p_queue AND r.priority = i.priority
-       AND r.shard = i.shard AND r.lane_seq = i.lane_seq
+    SELECT i.job_id, i.run_lease, i.kind, i.priority, i.effective_priority, i.attempt,
+           i.max_attempts, i.args, i.kwargs, i.metadata, i.tags::text[], i.errors, i.progress,
+           v_claim_slot, v_batch, i.item::integer, v_deadline
+      FROM unnest(a_ids, a_leases, a_attempts, a_prios, a_effective, a_kinds, a_max, a_args,
+                  a_kwargs, a_meta, a_tags, a_errors, a_progress)
+           WITH ORDINALITY AS i(job_id, run_lease, attempt, priority, effective_priority, kind,
+                                max_attempts, args, kwargs, metadata, tags, errors, progress,
+                                item)
      ORDER BY i.item;
 END
 $$;
@@ -217,6 +252,20 @@ BEGIN
                       p_progress)
                AS i(claim_slot, batch_id, item, job_id, run_lease, target, outcome, run_at,
                     attempt, errors, result, reason, progress)
+    ), touched AS (
+        SELECT DISTINCT i.batch_id, i.claim_slot FROM input i
+    ), evidence AS (
+        -- Items of the touched claim batches that are already closed, read
+        -- once per batch rather than probed once per item.
+        SELECT x.batch_id, x.claim_slot, x.item
+          FROM touched t
+          JOIN awa.lease_claim_closures x
+            ON x.batch_id = t.batch_id AND x.claim_slot = t.claim_slot
+        UNION ALL
+        SELECT y.batch_id, y.claim_slot, unnest(y.items)
+          FROM touched t
+          JOIN awa.lease_claim_closure_batches y
+            ON y.batch_id = t.batch_id AND y.claim_slot = t.claim_slot
     ), won AS (
         SELECT i.*, b.queue, b.priorities[i.item] AS priority, b.shards[i.item] AS shard,
                b.lane_seqs[i.item] AS lane_seq, b.ready_slots[i.item] AS ready_slot,
@@ -224,13 +273,10 @@ BEGIN
           FROM input i
           JOIN awa.lease_claim_batches b
             ON b.batch_id = i.batch_id AND b.claim_slot = i.claim_slot
+          LEFT JOIN evidence e
+            ON e.batch_id = i.batch_id AND e.claim_slot = i.claim_slot AND e.item = i.item
          WHERE b.job_ids[i.item] = i.job_id AND b.run_leases[i.item] = i.run_lease
-           AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
-                            WHERE x.batch_id = i.batch_id AND x.item = i.item
-                              AND x.claim_slot = i.claim_slot)
-           AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closure_batches y
-                            WHERE y.batch_id = i.batch_id AND y.claim_slot = i.claim_slot
-                              AND i.item = ANY (y.items))
+           AND e.item IS NULL
     ), explicit AS (
         INSERT INTO awa.lease_claim_closures (claim_slot, batch_id, item, job_id, run_lease,
                                               outcome)
