@@ -54,7 +54,6 @@ class WorkerConfig:
     burst: bool = False
     shutdown_timeout: float = 30.0
     heartbeat_interval: float = 30.0
-    promote_interval: float = 0.25
     promote_batch_size: int = 1000
     completion_batch_size: int = 512
     completion_flush_interval: float = 0.001
@@ -118,7 +117,6 @@ def build_config(
         burst=burst,
         shutdown_timeout=shutdown_timeout,
         heartbeat_interval=settings.heartbeat_interval,
-        promote_interval=settings.promote_interval,
         completion_batch_size=settings.completion_batch_size,
         completion_flush_interval=settings.completion_flush_interval,
     )

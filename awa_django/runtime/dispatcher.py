@@ -88,7 +88,6 @@ class Dispatcher:
         self._bucket = TokenBucket(*policy.rate_limit) if policy.rate_limit else None
         self.inflight: dict[tuple[int, int], tuple[ClaimedJob, JobContext, asyncio.Task]] = {}
         self.last_claim_empty = False
-        self.claimed = 0
 
     async def _wait(self, awaitable, timeout: float | None = None) -> bool:
         """Wait for ``awaitable`` unless stopping first; True if it finished."""
@@ -127,7 +126,6 @@ class Dispatcher:
         self.permits.release(wanted - len(jobs))
         if self._bucket is not None:
             self._bucket.take(len(jobs))
-        self.claimed += len(jobs)
         self.last_claim_empty = len(jobs) < wanted
         create_task = asyncio.get_running_loop().create_task
         contexts = []

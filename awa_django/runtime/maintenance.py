@@ -34,7 +34,7 @@ import psycopg
 
 from ..conf import AwaSettings
 from ..storage import maintenance as store
-from ..storage.attempts import promote_due
+from ..storage.attempts import promote_all_due
 
 log = logging.getLogger("awa_django.maintenance")
 
@@ -165,13 +165,7 @@ class Maintenance:
     # --- tasks ---------------------------------------------------------------
 
     async def promote(self) -> int:
-        conn = await self.connect()
-        moved = 0
-        while True:
-            count = await promote_due(conn, PROMOTE_BATCH)
-            moved += count
-            if count < PROMOTE_BATCH:
-                return moved
+        return await promote_all_due(await self.connect(), PROMOTE_BATCH)
 
     async def ring(self, ring: str) -> tuple[str, str]:
         """One tick of a ring: attempt one rotate, then one prune."""

@@ -39,8 +39,3 @@ class Permits:
         if count:
             self._free += count
             self._changed.set()
-
-    async def wait_all_free(self) -> None:
-        while self._free < self.total:
-            self._changed.clear()
-            await self._changed.wait()

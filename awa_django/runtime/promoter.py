@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from psycopg_pool import AsyncConnectionPool
 
-from ..storage.attempts import promote_due
+from ..storage.attempts import promote_all_due
 
 
 class Promoter:
@@ -20,10 +20,5 @@ class Promoter:
 
     async def run_once(self) -> int:
         """Promote everything due now, in batches; returns how many moved."""
-        moved = 0
         async with self._pool.connection() as conn:
-            while True:
-                count = await promote_due(conn, self.batch_size)
-                moved += count
-                if count < self.batch_size:
-                    return moved
+            return await promote_all_due(conn, self.batch_size)

@@ -193,6 +193,16 @@ async def promote_due(conn: psycopg.AsyncConnection, limit: int) -> int:
     return (await cursor.fetchone())[0]
 
 
+async def promote_all_due(conn: psycopg.AsyncConnection, batch_size: int) -> int:
+    """Promote everything due now, ``batch_size`` rows per statement."""
+    moved = 0
+    while True:
+        count = await promote_due(conn, batch_size)
+        moved += count
+        if count < batch_size:
+            return moved
+
+
 async def queues_have_work(conn: psycopg.AsyncConnection, queues: Sequence[str]) -> bool:
     cursor = await conn.execute(query("runtime", "queues_have_work"), [list(queues)])
     return bool((await cursor.fetchone())[0])
