@@ -2,6 +2,8 @@
 #   make demo   - install, migrate, enqueue the demo jobs and show them
 #   make test   - install and run the whole test suite
 # Both use $DATABASE_URL, or start an embedded PostgreSQL (pgserver) when unset.
+# make lint (ruff check + format check) and make typecheck (mypy, configured in
+# pyproject.toml) need no database; .ci/run runs both before the tests.
 # CI picks the interpreter and Django line: make test PYTHON=python3.12 DJANGO='Django>=6.1,<6.2'
 
 PYTHON ?= python3
@@ -10,7 +12,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell echo '$(DJANGO)' | md5sum | cut -c1-8)
 
-.PHONY: demo test lint clean
+.PHONY: demo test lint typecheck clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,8 +27,12 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) scripts/with_database.py $(PY) -m pytest $(PYTEST_ARGS)
 
+# Runs both checks and fails if either does.
 lint: $(STAMP)
-	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .; status=$$?; $(VENV)/bin/ruff format --check . && exit $$status
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
 
 clean:
-	rm -rf .venv .venv-* .pgdata .pytest_cache .hypothesis
+	rm -rf .venv .venv-* .pgdata .pytest_cache .hypothesis .mypy_cache

@@ -10,9 +10,9 @@ from collections.abc import Iterable
 
 from .context import JobContext
 from .exceptions import CallbackNotFound, InvalidJob, JobNotFound, UniqueConflict
-from .jobs import Job, PreparedJob, Unique, job
+from .jobs import Job, Unique, job
 from .outcomes import Cancel, RetryAfter, Snooze, TerminalError, WaitForCallback
-from .records import EnqueuedJob, JobInfo
+from .records import EnqueuedJob, JobInfo, PreparedJob
 
 
 def enqueue_many(jobs: Iterable[PreparedJob], *, database: str | None = None) -> list[int]:
@@ -21,9 +21,22 @@ def enqueue_many(jobs: Iterable[PreparedJob], *, database: str | None = None) ->
     ``jobs`` come from ``some_job.prepare(...)`` or
     ``some_job.using(...).prepare(...)``; returns the new ids in input order.
     """
-    from .storage.enqueue import enqueue_many as _enqueue_many
+    from .storage.base import run
+    from .storage.connection import alias_for
+    from .storage.enqueue import enqueue_many as write_many
 
-    return _enqueue_many(jobs, database)
+    prepared = list(jobs)
+    for item in prepared:
+        if not isinstance(item, PreparedJob):
+            raise InvalidJob(
+                f"enqueue_many takes jobs from Job.prepare(...), got {type(item).__name__}"
+            )
+    aliases = {alias_for(item.database or database) for item in prepared}
+    if len(aliases) > 1:
+        raise InvalidJob(f"enqueue_many got jobs for several databases: {sorted(aliases)}")
+    if not prepared:
+        return []
+    return run(write_many(prepared), aliases.pop())
 
 
 __all__ = [

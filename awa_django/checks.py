@@ -1,91 +1,134 @@
 """System checks: configuration (always) and substrate (with ``--database``).
 
 ``manage.py check`` reports every problem in ``settings.AWA`` at once, each
-naming its key.  ``manage.py check --database default`` also verifies that
-the awa substrate is installed at the version this code needs.
+naming its key, and warns about settings that are accepted but have no
+effect yet.  ``manage.py check --database <alias>`` also verifies that the
+awa substrate is installed at the version this code needs.
 """
 
 from __future__ import annotations
 
-import sys
+from collections.abc import Sequence
 from typing import Any
 
+from django.apps import AppConfig
 from django.conf import settings
-from django.core.checks import Error, Tags, register
-from django.db import DatabaseError
+from django.core.checks import CheckMessage, Error, Tags, register
+from django.core.checks import Warning as CheckWarning
+from django.db import DatabaseError, connections
+from django.db.migrations.loader import MigrationLoader
 
-from .conf import parse_settings
+from .conf import AwaSettings, parse_settings, unimplemented_settings
+from .storage import substrate
+from .storage.base import run
+
+APP_LABEL = "awa_django"
+SETTINGS_HINT = (
+    "The AwaSettings and QueueConfig classes in awa_django.conf document every key and its default."
+)
 
 
-@register("awa_django")
-def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+def _parsed() -> tuple[AwaSettings, list[Error]]:
     parsed, problems = parse_settings(getattr(settings, "AWA", None))
-    errors = [
-        Error(str(problem), hint="See API.md 'Settings' for valid keys.", id="awa_django.E001")
-        for problem in problems
-    ]
+    return parsed, [Error(str(p), hint=SETTINGS_HINT, id="awa_django.E001") for p in problems]
+
+
+@register(APP_LABEL)
+def check_settings(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    parsed, errors = _parsed()
+    messages: list[CheckMessage] = list(errors)
+    messages.extend(
+        CheckWarning(
+            str(problem),
+            hint="Leave it at its default (or remove it) until a release implements it.",
+            id="awa_django.W001",
+        )
+        for problem in unimplemented_settings(parsed)
+    )
     database = settings.DATABASES.get(parsed.database)
     if database is None:
-        errors.append(
+        messages.append(
             Error(
                 f"AWA[DATABASE]: alias {parsed.database!r} is not in settings.DATABASES",
                 id="awa_django.E002",
             )
         )
     elif "postgresql" not in database.get("ENGINE", ""):
-        errors.append(
+        messages.append(
             Error(
                 f"AWA[DATABASE]: {parsed.database!r} uses {database.get('ENGINE')!r}; "
                 "awa_django needs django.db.backends.postgresql",
                 id="awa_django.E002",
             )
         )
-    return errors
+    return messages
 
 
-def _inside_migrate() -> bool:
-    # `manage.py migrate` runs the database checks before migrating; reporting
-    # the missing substrate there would block the very command that installs it.
-    frame = sys._getframe(1)
-    while frame is not None:
-        command = frame.f_locals.get("self")
-        if type(command).__module__ == "django.core.management.commands.migrate":
-            return True
-        frame = frame.f_back
-    return False
+def _pending_migrations(alias: str) -> int:
+    """How many awa_django migrations are not recorded as applied on ``alias``."""
+    loader = MigrationLoader(connections[alias], ignore_no_migrations=True)
+    return sum(
+        1
+        for node in loader.graph.nodes
+        if node[0] == APP_LABEL and node not in loader.applied_migrations
+    )
 
 
 @register(Tags.database)
-def check_substrate(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[Error]:
-    from .storage.substrate import SCHEMA_VERSION, installed_version
+def check_substrate(
+    app_configs: Sequence[AppConfig] | None = None,
+    databases: Sequence[str] | None = None,
+    **kwargs: Any,
+) -> list[CheckMessage]:
+    """Compare the installed substrate with the migration state of ``awa_django``.
 
-    parsed, problems = parse_settings(getattr(settings, "AWA", None))
-    if problems or not databases or parsed.database not in databases or _inside_migrate():
+    ``manage.py migrate`` runs the database checks before it migrates, so
+    anything an unmigrated database shows must not be an Error, or the
+    command that installs the substrate would refuse to run.  What migrate
+    can fix is therefore a Warning (W002): awa_django migrations are pending.
+    When every awa_django migration is recorded as applied and the substrate
+    is still missing (E003) or older than this code needs (E004), the
+    database was changed behind Django's back: migrate has nothing left to
+    apply and cannot repair it, so those stay Errors.
+    """
+    parsed, errors = _parsed()
+    alias = parsed.database
+    if errors or not databases or alias not in databases:
         return []
+    migrate = f"python manage.py migrate {APP_LABEL} --database {alias}"
     try:
-        version = installed_version(parsed.database)
+        pending = _pending_migrations(alias)
+        version = run(substrate.installed_version(), alias)
     except DatabaseError as exc:
         return [
-            Error(
-                f"awa_django could not inspect database {parsed.database!r}: {exc}",
-                id="awa_django.E003",
-            )
+            Error(f"awa_django could not inspect database {alias!r}: {exc}", id="awa_django.E003")
         ]
+    needed = substrate.SCHEMA_VERSION
     if version is None:
+        state = f"the awa substrate is not installed in database {alias!r}"
+    elif version < needed:
+        state = f"the awa substrate in {alias!r} is version {version}; this code needs {needed}"
+    elif pending:
+        state = f"the awa substrate in {alias!r} is up to date"
+    else:
+        return []
+    if pending:
         return [
-            Error(
-                f"the awa substrate is not installed in database {parsed.database!r}",
-                hint=f"Run: python manage.py migrate awa_django --database {parsed.database}",
-                id="awa_django.E003",
+            CheckWarning(
+                f"{state}; {pending} awa_django migration(s) pending",
+                hint=f"Run: {migrate}",
+                id="awa_django.W002",
             )
         ]
-    if version < SCHEMA_VERSION:
-        return [
-            Error(
-                f"the awa substrate in {parsed.database!r} is version {version}; this code "
-                f"needs {SCHEMA_VERSION}",
-                hint=f"Run: python manage.py migrate awa_django --database {parsed.database}",
-                id="awa_django.E004",
-            )
-        ]
-    return []
+    return [
+        Error(
+            f"{state}, yet every awa_django migration is recorded as applied",
+            hint="The database was changed outside migrations, so migrate has nothing to "
+            "apply. Restore the awa schema, or mark awa_django unapplied with python manage.py "
+            f"migrate {APP_LABEL} zero --fake --skip-checks --database {alias} and then run "
+            f"{migrate} (the substrate SQL is idempotent).",
+            id="awa_django.E003" if version is None else "awa_django.E004",
+        )
+    ]

@@ -7,18 +7,26 @@ report all of them at once.  Code that needs the configuration calls
 messages.  The parsed value is cached and dropped on ``setting_changed`` so
 ``override_settings(AWA=...)`` works in tests.
 
-Durations accept seconds (int/float) or ``datetime.timedelta`` and are stored
-as float seconds.  Defaults follow spec/configuration.txt.
+Every default lives in the :class:`AwaSettings` and :class:`QueueConfig`
+field declarations and nowhere else: a setting maps to the field named by its
+key in lower case (``HEARTBEAT_INTERVAL`` -> ``heartbeat_interval``; queue
+options keep their names).  Durations accept seconds (int/float) or
+``datetime.timedelta`` and are stored as float seconds.
+
+Some settings are accepted, so a settings file may already name them, but
+do nothing yet.  They are listed in :data:`NOT_IMPLEMENTED` and
+:data:`NOT_IMPLEMENTED_QUEUE_OPTIONS`, and :func:`unimplemented_settings`
+reports each one set to anything but its default, so none is a silent
+no-op.  Remove an entry when its feature lands.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
@@ -30,6 +38,8 @@ DEFAULT_MAX_ATTEMPTS = 25
 DEFAULT_PRIORITY = 2
 DEFAULT_QUEUE = "default"
 
+T = TypeVar("T")
+
 
 @dataclass(frozen=True)
 class RateLimit:
@@ -39,7 +49,7 @@ class RateLimit:
 
 @dataclass(frozen=True)
 class QueueConfig:
-    """Per-queue dispatch policy (spec QueueConfig)."""
+    """Per-queue dispatch policy: one ``AWA["QUEUES"][name]`` dict."""
 
     name: str
     max_workers: int = 50
@@ -55,7 +65,7 @@ class QueueConfig:
 
 @dataclass(frozen=True)
 class AwaSettings:
-    """The whole ``AWA`` setting, validated."""
+    """The whole ``AWA`` setting, validated; each field is its key in lower case."""
 
     database: str = "default"
     queues: Mapping[str, QueueConfig] = field(
@@ -155,8 +165,8 @@ def _bool(value: Any) -> bool:
     return value
 
 
-def _optional(parser):
-    def parse(value: Any):
+def _optional(parser: Callable[[Any], T]) -> Callable[[Any], T | None]:
+    def parse(value: Any) -> T | None:
         return None if value is None else parser(value)
 
     return parse
@@ -188,11 +198,11 @@ def _rate_limit(value: Any) -> RateLimit:
     return RateLimit(float(value[0]), _int(value[1], low=1))
 
 
-def _bounded(low: int, high: int | None = None):
+def _bounded(low: int, high: int | None = None) -> Callable[[Any], int]:
     return lambda value: _int(value, low, high)
 
 
-_QUEUE_KEYS = {
+_QUEUE_KEYS: dict[str, Callable[[Any], Any]] = {
     "max_workers": _bounded(1),
     "rate_limit": _optional(_rate_limit),
     "deadline": _duration,
@@ -204,7 +214,7 @@ _QUEUE_KEYS = {
     "priority_aging_interval": _duration,
 }
 
-_TOP_KEYS = {
+_TOP_KEYS: dict[str, Callable[[Any], Any]] = {
     "DATABASE": _database,
     "GLOBAL_MAX_WORKERS": _optional(_bounded(1)),
     "DLQ_ENABLED_BY_DEFAULT": _bool,
@@ -336,12 +346,6 @@ def awa_settings() -> AwaSettings:
     return _cached
 
 
-def settings_problems() -> list[ConfigProblem]:
-    from django.conf import settings
-
-    return parse_settings(getattr(settings, "AWA", None))[1]
-
-
 @receiver(setting_changed)
 def _reload(*, setting: str, **kwargs: Any) -> None:
     global _cached
@@ -349,6 +353,42 @@ def _reload(*, setting: str, **kwargs: Any) -> None:
         _cached = None
 
 
-def replace(config: AwaSettings, **changes: Any) -> AwaSettings:
-    """A copy of ``config`` with ``changes`` (for command-line overrides)."""
-    return dataclasses.replace(config, **changes)
+# --- accepted but not implemented yet: one entry per key, delete it when the feature lands
+
+NOT_IMPLEMENTED: Mapping[str, str] = {
+    "GLOBAL_MAX_WORKERS": "workers only apply each queue's max_workers",
+    "QUEUE_STRIPE_COUNT": "each queue is stored as a single stripe",
+    "CALLBACK_HMAC_SECRET": "there is no callback receiver to sign requests for",
+    "CALLBACK_RESCUE_INTERVAL": "callback timeouts are not rescued",
+    "ADMIN_READ_ONLY": "there is no admin console",
+    "DESCRIPTOR_RETENTION": "there is no descriptor catalog to prune",
+    "TERMINAL_COUNT_ROLLUP_INTERVAL": "terminal counts are folded in when a slot is pruned",
+    "BATCH_OP_RETENTION_DAYS": "there are no batch operations to prune",
+}
+NOT_IMPLEMENTED_QUEUE_OPTIONS: Mapping[str, str] = {
+    "claimers": "each worker claims a queue with one claimer",
+    "weight": "queues are not weighted against each other",
+    "min_workers": "workers reserve no minimum per queue",
+}
+
+
+def _not_implemented(key: str, reason: str) -> ConfigProblem:
+    return ConfigProblem(key, f"is accepted but has no effect yet in this version ({reason})")
+
+
+def unimplemented_settings(settings: AwaSettings) -> list[ConfigProblem]:
+    """One problem per not-yet-implemented setting whose value is not its default."""
+    defaults = AwaSettings()
+    found = [
+        _not_implemented(key, reason)
+        for key, reason in NOT_IMPLEMENTED.items()
+        if getattr(settings, key.lower()) != getattr(defaults, key.lower())
+    ]
+    for name, queue in settings.queues.items():
+        default = QueueConfig(name)
+        found.extend(
+            _not_implemented(f"QUEUES][{name!r}][{option!r}", reason)
+            for option, reason in NOT_IMPLEMENTED_QUEUE_OPTIONS.items()
+            if getattr(queue, option) != getattr(default, option)
+        )
+    return found

@@ -25,7 +25,3 @@ class JobNotFound(AwaError, LookupError):  # noqa: N818 - public name fixed by A
 
 class CallbackNotFound(AwaError, LookupError):  # noqa: N818 - public name fixed by API.md
     """No live callback with that id."""
-
-
-class SubstrateMissing(AwaError):  # noqa: N818
-    """The awa schema is not installed: run ``manage.py migrate``."""

@@ -8,6 +8,11 @@ the caller's ``transaction.atomic()`` block.
 
 Validation happens entirely in :meth:`JobCall.prepare` before any SQL runs;
 the storage layer only ever sees a :class:`PreparedJob`.
+
+For type checkers ``Job[P, R]`` keeps the handler's parameters ``P`` (less
+the leading ``JobContext`` of a ``takes_context=True`` handler) and return
+type ``R``, so ``send_email.enqueue(...)`` is checked like a call of
+``send_email``.
 """
 
 from __future__ import annotations
@@ -15,11 +20,22 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import inspect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import (
+    Any,
+    Concatenate,
+    Generic,
+    Literal,
+    ParamSpec,
+    TypedDict,
+    TypeVar,
+    Unpack,
+    overload,
+)
 
 from .conf import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, awa_settings
+from .context import JobContext
 from .exceptions import InvalidJob
 from .payload import (
     check_kind,
@@ -33,33 +49,19 @@ from .payload import (
     encode_arguments,
     seconds,
 )
-from .records import EnqueuedJob
+from .records import EnqueuedJob, PreparedJob
 
-
-@dataclass(slots=True)
-class PreparedJob:
-    """A validated, serialised job ready to be written (see ``enqueue_many``)."""
-
-    kind: str
-    queue: str
-    priority: int
-    max_attempts: int
-    args_json: str
-    kwargs_json: str
-    metadata_json: str
-    tags: list[str]
-    run_at: dt.datetime | None
-    ordering_key: str | None
-    database: str | None
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class _Registry:
     """Job kinds known to this process, filled by ``@job`` at import time."""
 
     def __init__(self) -> None:
-        self._jobs: dict[str, Job] = {}
+        self._jobs: dict[str, Job[..., Any]] = {}
 
-    def add(self, job: Job) -> None:
+    def add(self, job: Job[..., Any]) -> None:
         existing = self._jobs.get(job.kind)
         if existing is not None and existing.qualname != job.qualname:
             raise InvalidJob(
@@ -68,13 +70,13 @@ class _Registry:
             )
         self._jobs[job.kind] = job
 
-    def get(self, kind: str) -> Job | None:
+    def get(self, kind: str) -> Job[..., Any] | None:
         return self._jobs.get(kind)
 
     def __contains__(self, kind: object) -> bool:
         return kind in self._jobs
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Job[..., Any]]:
         return iter(list(self._jobs.values()))
 
     def kinds(self) -> list[str]:
@@ -84,10 +86,22 @@ class _Registry:
 registry = _Registry()
 
 
-_UNSET: Any = object()
+class CallOptions(TypedDict, total=False):
+    """The per-call options ``using(...)`` accepts (each replaces the current one)."""
+
+    queue: str
+    priority: int
+    run_at: dt.datetime | None
+    run_in: float | dt.timedelta | None
+    max_attempts: int
+    unique: Unique | None
+    ordering_key: str | bytes | None
+    tags: Iterable[str] | None
+    metadata: Mapping[str, Any] | None
+    database: str | None
 
 
-class JobCall:
+class JobCall(Generic[P, R]):
     """A job with per-call options bound by ``.using(...)``.
 
     Options are validated here, once, so a bad option raises ``InvalidJob``
@@ -112,7 +126,7 @@ class JobCall:
 
     def __init__(
         self,
-        job: Job,
+        job: Job[P, R],
         *,
         queue: str,
         priority: int,
@@ -139,47 +153,31 @@ class JobCall:
         self._metadata_json = check_metadata(metadata)
         self._database = database
 
-    def using(
-        self,
-        *,
-        queue: str = _UNSET,
-        priority: int = _UNSET,
-        run_at: dt.datetime | None = _UNSET,
-        run_in: float | dt.timedelta | None = _UNSET,
-        max_attempts: int = _UNSET,
-        unique: Any = _UNSET,
-        ordering_key: str | bytes | None = _UNSET,
-        tags: Iterable[str] | None = _UNSET,
-        metadata: Mapping[str, Any] | None = _UNSET,
-        database: str | None = _UNSET,
-    ) -> JobCall:
+    def using(self, **options: Unpack[CallOptions]) -> JobCall[P, R]:
         """Return a copy with these options replaced (validated now)."""
-        if unique is not _UNSET and unique is not None:
+        unknown = options.keys() - CallOptions.__optional_keys__
+        if unknown:
+            raise TypeError(f"using() got unexpected keyword arguments: {sorted(unknown)}")
+        if options.get("unique") is not None:
             raise InvalidJob("unique jobs are not supported by this version of awa_django")
-
-        def pick(value: Any, current: Any) -> Any:
-            return current if value is _UNSET else value
-
+        run_in = self._run_in
+        if "run_in" in options:
+            given = options["run_in"]
+            run_in = None if given is None else seconds(given, "run_in")
         return JobCall(
             self.job,
-            queue=pick(queue, self._queue),
-            priority=pick(priority, self._priority),
-            max_attempts=pick(max_attempts, self._max_attempts),
-            run_at=pick(run_at, self._run_at),
-            run_in=(
-                self._run_in
-                if run_in is _UNSET
-                else None
-                if run_in is None
-                else seconds(run_in, "run_in")
-            ),
-            ordering_key=pick(ordering_key, self._raw_ordering_key),
-            tags=pick(tags, self._tags),
-            metadata=pick(metadata, self._metadata),
-            database=pick(database, self._database),
+            queue=options.get("queue", self._queue),
+            priority=options.get("priority", self._priority),
+            max_attempts=options.get("max_attempts", self._max_attempts),
+            run_at=options.get("run_at", self._run_at),
+            run_in=run_in,
+            ordering_key=options.get("ordering_key", self._raw_ordering_key),
+            tags=options.get("tags", self._tags),
+            metadata=options.get("metadata", self._metadata),
+            database=options.get("database", self._database),
         )
 
-    def prepare(self, *args: Any, **kwargs: Any) -> PreparedJob:
+    def prepare(self, *args: P.args, **kwargs: P.kwargs) -> PreparedJob:
         """Validate and serialise one call; nothing is written."""
         run_at = self._run_at
         if self._run_in is not None:
@@ -200,25 +198,33 @@ class JobCall:
             self._database,
         )
 
-    def enqueue(self, *args: Any, **kwargs: Any) -> EnqueuedJob:
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueuedJob:
         """Validate and write the job in the caller's transaction."""
         from .storage import enqueue as storage_enqueue
+        from .storage.base import run
 
-        return storage_enqueue.enqueue_one(self.prepare(*args, **kwargs))
+        prepared = self.prepare(*args, **kwargs)
+        ref: EnqueuedJob = run(storage_enqueue.enqueue_one(prepared), prepared.database)
+        return ref
 
-    async def aenqueue(self, *args: Any, **kwargs: Any) -> EnqueuedJob:
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueuedJob:
         """Async twin of :meth:`enqueue` (runs it in Django's sync thread)."""
         from asgiref.sync import sync_to_async
 
         return await sync_to_async(self.enqueue)(*args, **kwargs)
 
 
-class Job:
-    """A registered job kind wrapping its handler function."""
+class Job(Generic[P, R]):
+    """A registered job kind wrapping its handler function.
+
+    ``P`` and ``R`` are the parameters and return type of a call (without
+    the context argument of a ``takes_context=True`` handler, see
+    :class:`ContextJob`).
+    """
 
     def __init__(
         self,
-        func: Callable[..., Any],
+        func: Callable[..., R],
         *,
         kind: str | None,
         queue: str,
@@ -238,18 +244,19 @@ class Job:
         self.is_async = inspect.iscoroutinefunction(func)
         self.signature = inspect.signature(func)
         self._fitting_shapes: set[tuple[int, frozenset[str]]] = set()
-        self._default_call: JobCall | None = None
+        self._default_call: JobCall[P, R] | None = None
         if self.takes_context and not self.signature.parameters:
             raise InvalidJob(f"{self.qualname} has takes_context=True but accepts no arguments")
-        functools.update_wrapper(self, func)  # type: ignore[arg-type]
+        functools.update_wrapper(self, func)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run the handler inline (no queue involved)."""
         return self.func(*args, **kwargs)
 
     def __repr__(self) -> str:
         return f"<Job {self.kind} queue={self.queue!r}>"
 
-    def check_arguments(self, args: tuple, kwargs: dict) -> None:
+    def check_arguments(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
         """Reject calls that cannot bind to the handler's signature.
 
         Whether a call binds depends only on how many positional arguments
@@ -268,7 +275,7 @@ class Job:
         if len(self._fitting_shapes) < 64:
             self._fitting_shapes.add(shape)
 
-    def _call(self) -> JobCall:
+    def _call(self) -> JobCall[P, R]:
         # The job's defaults never change: validate them once.
         if self._default_call is None:
             self._default_call = JobCall(
@@ -276,18 +283,76 @@ class Job:
             )
         return self._default_call
 
-    def using(self, **options: Any) -> JobCall:
+    def using(self, **options: Unpack[CallOptions]) -> JobCall[P, R]:
         """Per-call options: queue, priority, run_at, run_in, max_attempts, ..."""
         return self._call().using(**options)
 
-    def prepare(self, *args: Any, **kwargs: Any) -> PreparedJob:
+    def prepare(self, *args: P.args, **kwargs: P.kwargs) -> PreparedJob:
+        """Validate and serialise one call with the job's defaults; nothing is written."""
         return self._call().prepare(*args, **kwargs)
 
-    def enqueue(self, *args: Any, **kwargs: Any) -> EnqueuedJob:
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueuedJob:
+        """Validate and write one call in the caller's transaction."""
         return self._call().enqueue(*args, **kwargs)
 
-    async def aenqueue(self, *args: Any, **kwargs: Any) -> EnqueuedJob:
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueuedJob:
+        """Async twin of :meth:`enqueue`."""
         return await self._call().aenqueue(*args, **kwargs)
+
+
+class ContextJob(Job[P, R]):
+    """A ``takes_context=True`` job: an inline call passes the ``JobContext`` first."""
+
+    # Only the inline call takes the context (enqueue does not): a
+    # deliberate difference from Job.__call__ that type checkers flag.
+    def __call__(  # type: ignore[override]
+        self, ctx: JobContext, /, *args: P.args, **kwargs: P.kwargs
+    ) -> R:
+        """Run the handler inline with ``ctx``."""
+        return self.func(ctx, *args, **kwargs)
+
+
+@overload
+def job(func: Callable[P, R], /) -> Job[P, R]: ...
+
+
+@overload
+def job(
+    func: None = None,
+    /,
+    *,
+    kind: str | None = None,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = DEFAULT_PRIORITY,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    takes_context: Literal[False] = False,
+) -> Callable[[Callable[P, R]], Job[P, R]]: ...
+
+
+@overload
+def job(
+    func: None = None,
+    /,
+    *,
+    kind: str | None = None,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = DEFAULT_PRIORITY,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    takes_context: Literal[True],
+) -> Callable[[Callable[Concatenate[JobContext, P], R]], ContextJob[P, R]]: ...
+
+
+@overload
+def job(
+    func: None = None,
+    /,
+    *,
+    kind: str | None = None,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = DEFAULT_PRIORITY,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    takes_context: bool,
+) -> Callable[[Callable[..., R]], Job[..., R]]: ...
 
 
 def job(
@@ -301,8 +366,8 @@ def job(
 ) -> Any:
     """Declare a job kind.  Usable as ``@job`` or ``@job(queue=..., ...)``."""
 
-    def register(target: Callable[..., Any]) -> Job:
-        wrapped = Job(
+    def register(target: Callable[..., Any]) -> Job[..., Any]:
+        wrapped: Job[..., Any] = (ContextJob if takes_context else Job)(
             target,
             kind=kind,
             queue=queue,

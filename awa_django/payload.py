@@ -157,7 +157,9 @@ def check_metadata(metadata: Any) -> str:
     return text
 
 
-def encode_arguments(args: tuple, kwargs: dict, limit: int) -> tuple[str, str]:
+def encode_arguments(
+    args: tuple[Any, ...], kwargs: Mapping[str, Any], limit: int
+) -> tuple[str, str]:
     """JSON text of positional and keyword arguments, within ``limit`` bytes."""
     args_json = to_json(list(args), "args") if args else "[]"
     kwargs_json = to_json(kwargs, "kwargs") if kwargs else "{}"

@@ -1,4 +1,10 @@
-"""Plain records returned by the public API."""
+"""Plain records that cross layers.
+
+The public ones (``EnqueuedJob``, ``JobInfo``) are what the API returns.
+``PreparedJob``, ``ClaimedJob`` and ``Closure`` travel between the job
+definitions, the storage API and the worker runtime; they live here so
+``storage/`` never imports ``jobs.py`` or ``runtime/``.
+"""
 
 from __future__ import annotations
 
@@ -54,3 +60,86 @@ class JobInfo:
     run_at: dt.datetime | None = None
     attempted_at: dt.datetime | None = None
     finalized_at: dt.datetime | None = None
+
+
+@dataclass(slots=True)
+class PreparedJob:
+    """A validated, serialised job ready to be written (see ``enqueue_many``)."""
+
+    kind: str
+    queue: str
+    priority: int
+    max_attempts: int
+    args_json: str
+    kwargs_json: str
+    metadata_json: str
+    tags: list[str]
+    run_at: dt.datetime | None
+    ordering_key: str | None
+    database: str | None
+
+
+# Where a closed attempt goes next (``Closure.target``).
+COMPLETED = "completed"
+FAILED = "failed"
+CANCELLED = "cancelled"
+RETRYABLE = "retryable"
+SCHEDULED = "scheduled"
+DLQ = "dlq"
+TARGETS = frozenset({COMPLETED, FAILED, CANCELLED, RETRYABLE, SCHEDULED, DLQ})
+
+
+@dataclass(slots=True)
+class ClaimedJob:
+    """One attempt handed to a runtime by a claim.
+
+    ``(claim_slot, batch_id, item)`` locate its receipt in the claim ring;
+    ``(job_id, run_lease)`` name the attempt in every later transition.
+    """
+
+    job_id: int
+    run_lease: int
+    kind: str
+    queue: str
+    priority: int
+    effective_priority: int
+    attempt: int
+    max_attempts: int
+    args: list[Any]
+    kwargs: dict[str, Any]
+    metadata: dict[str, Any]
+    tags: list[str]
+    errors: list[dict[str, Any]]
+    progress: dict[str, Any] | None
+    claim_slot: int
+    batch_id: int
+    item: int
+    deadline_at: dt.datetime | None
+
+
+@dataclass(slots=True)
+class Closure:
+    """How one attempt ends; built by the executor, written by the completer.
+
+    ``target`` is one of :data:`TARGETS`; ``outcome`` is the closure label
+    kept as evidence (``completed``, ``retryable``, ``snoozed``,
+    ``handed_back``, ...).  ``attempt`` is the attempt count stored on a
+    deferred row; ``errors`` the full error history (None keeps the stored
+    one); ``result`` the JSON text of a return value; ``progress`` the
+    attempt's last progress as JSON text (None keeps what was recorded;
+    a completion clears it).
+    """
+
+    job_id: int
+    run_lease: int
+    claim_slot: int
+    batch_id: int
+    item: int
+    target: str
+    outcome: str
+    run_at: dt.datetime | None = None
+    attempt: int = 0
+    errors: str | None = None
+    result: str | None = None
+    reason: str | None = None
+    progress: str | None = None

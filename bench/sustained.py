@@ -28,10 +28,11 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
 def _status_and_close() -> dict:
     from django.db import connections
 
+    from awa_django.storage.base import run
     from awa_django.storage.status import storage_status
 
     try:
-        return storage_status()
+        return run(storage_status())
     finally:
         connections.close_all()
 
@@ -56,6 +57,7 @@ def main() -> None:
     from awa_django.conf import awa_settings
     from awa_django.runtime.config import build_config
     from awa_django.runtime.worker import Worker
+    from awa_django.storage.base import run
     from awa_django.storage.connection import conninfo
     from awa_django.storage.status import storage_status
 
@@ -102,7 +104,7 @@ def main() -> None:
 
         elapsed = asyncio.run(run())
         time.sleep(1.2)
-        report = storage_status()
+        report = run(storage_status())
         summary = {
             "jobs": options.jobs,
             "seconds": round(elapsed, 1),

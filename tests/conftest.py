@@ -8,7 +8,6 @@ by the migrations.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 import signal
 import subprocess
@@ -24,7 +23,6 @@ from django.db import connection
 from awa_django.conf import awa_settings
 from awa_django.runtime.config import build_config
 from awa_django.runtime.worker import Worker
-from awa_django.storage import substrate
 from awa_django.storage.connection import conninfo
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,11 +41,39 @@ def raw_conn(db):
         yield conn
 
 
+# Every queue table emptied, the ring cursors back at genesis.  Test support
+# only: production schemas carry no function that discards jobs.
+RESET_SQL = """
+DO $$
+DECLARE
+    v_tables text;
+BEGIN
+    SELECT string_agg(format('awa.%I', c.relname), ', ') INTO v_tables
+      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+     WHERE n.nspname = 'awa' AND c.relkind IN ('r', 'p') AND NOT c.relispartition
+       AND c.relname NOT IN ('substrate_info', 'ring_config');
+    EXECUTE 'TRUNCATE ' || v_tables;
+    INSERT INTO awa.queue_ring_rotations (generation, slot) VALUES (0, 0);
+    INSERT INTO awa.claim_ring_rotations (generation, slot) VALUES (0, 0);
+    INSERT INTO awa.lease_ring_rotations (generation, slot) VALUES (0, 0);
+END
+$$
+"""
+
+
+def reset_queue_storage() -> None:
+    """Discard every job and restore empty rings."""
+    with psycopg.connect(conninfo(), autocommit=True) as conn:
+        # A session left holding a lock is a bug in the test: fail, never hang.
+        conn.execute("SET lock_timeout = '30s'")
+        conn.execute(RESET_SQL)
+
+
 @pytest.fixture
 def reset_awa(transactional_db):
     """For transaction=True tests: leave empty queue storage behind."""
     yield
-    substrate.reset_data()
+    reset_queue_storage()
 
 
 def database_url() -> str:
@@ -87,10 +113,12 @@ def manage(
 # --- real workers: in-process (run_burst) and as OS processes (start_worker) ---
 
 
-def worker_config(queue: str, *, burst: bool = True, **policy_changes):
-    config = build_config(awa_settings(), conninfo(), queues=[queue], burst=burst)
-    policy = dataclasses.replace(config.queues[0], **policy_changes)
-    return dataclasses.replace(config, queues=(policy,))
+def worker_config(queue: str, *, burst: bool = True, maintenance: bool = False, **policy_changes):
+    """An in-process worker for ``queue``; no maintenance leader unless asked for."""
+    config = build_config(
+        awa_settings(), conninfo(), queues=[queue], burst=burst, maintenance=maintenance
+    )
+    return config.with_queue_changes(**policy_changes)
 
 
 def run_burst(queue: str, timeout: float = 60, **policy_changes) -> Worker:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import resource
 import statistics
 import threading
 import time
@@ -20,10 +21,12 @@ from django.db import connections, transaction
 
 from .. import enqueue_many
 from ..conf import awa_settings
-from ..runtime.config import build_config
+from ..jobs import Job
+from ..runtime.config import WorkerConfig, build_config
 from ..runtime.supervisor import Supervisor
 from ..runtime.worker import Worker
 from ..storage import status
+from ..storage.base import run
 from ..storage.connection import conninfo
 from . import jobs
 
@@ -43,7 +46,7 @@ class BenchOptions:
     database: str | None = None
 
     @property
-    def job(self):
+    def job(self) -> Job[..., Any]:
         return jobs.noop_async if self.handler == "async" else jobs.noop_sync
 
 
@@ -58,7 +61,7 @@ def percentiles(samples: list[float]) -> dict[str, float]:
     return {"p50_ms": pick(0.50), "p95_ms": pick(0.95), "p99_ms": pick(0.99)}
 
 
-def _worker_config(options: BenchOptions, *, burst: bool):
+def _worker_config(options: BenchOptions, *, burst: bool) -> WorkerConfig:
     config = build_config(
         awa_settings(),
         conninfo(options.database),
@@ -66,8 +69,7 @@ def _worker_config(options: BenchOptions, *, burst: bool):
         burst=burst,
         imports=(BENCH_IMPORT,),
     )
-    policy = dataclasses.replace(config.queues[0], claim_batch_size=min(512, options.workers))
-    return dataclasses.replace(config, queues=(policy,))
+    return config.with_queue_changes(claim_batch_size=min(512, options.workers))
 
 
 def bulk_enqueue(options: BenchOptions, count: int | None = None) -> dict[str, Any]:
@@ -90,16 +92,62 @@ def single_enqueue(options: BenchOptions) -> dict[str, Any]:
     return {"jobs": count, "seconds": round(elapsed, 3), "jobs_per_s": round(count / elapsed)}
 
 
+class RssSampler:
+    """Peak resident memory of this process while a block runs (sampled from
+    /proc every 20 ms: ``ru_maxrss`` would also count what ran before)."""
+
+    INTERVAL = 0.02
+
+    def __init__(self) -> None:
+        self.before = self.peak = _rss_bytes()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="awa-bench-rss", daemon=True)
+
+    def _sample(self) -> None:
+        while not self._done.wait(self.INTERVAL):
+            self.peak = max(self.peak, _rss_bytes())
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+        self.peak = max(self.peak, _rss_bytes())
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * resource.getpagesize()
+    except OSError:  # not Linux: the peak so far is the best we have
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def drain(options: BenchOptions) -> dict[str, Any]:
-    """Time workers draining the queue (fill it first with bulk_enqueue)."""
+    """Time workers draining the queue (fill it first with bulk_enqueue).
+
+    Reports the worker's peak RSS: in-process, sampled during the drain (and
+    the growth over the RSS before it); with ``--processes``, the largest
+    child's peak (``ru_maxrss`` of the waited-for children).
+    """
     start = time.perf_counter()
+    memory: dict[str, Any]
     if options.processes == 1:
         worker = Worker(_worker_config(options, burst=True))
-        asyncio.run(worker.run())
-        completed = worker.completed
+        with RssSampler() as rss:
+            asyncio.run(worker.run())
+        completed: int | None = worker.completed
+        memory = {
+            "peak_rss_mib": round(rss.peak / 2**20, 1),
+            "rss_growth_mib": round((rss.peak - rss.before) / 2**20, 1),
+        }
     else:
         Supervisor(_worker_config(options, burst=True), options.processes).run()
         completed = None
+        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+        memory = {"peak_rss_mib": round(peak / 2**20, 1)}
     elapsed = time.perf_counter() - start
     drained = completed if completed is not None else options.jobs
     return {
@@ -109,6 +157,7 @@ def drain(options: BenchOptions) -> dict[str, Any]:
         "workers": options.workers,
         "processes": options.processes,
         "handler": options.handler,
+        **memory,
     }
 
 
@@ -164,15 +213,17 @@ def offered_rate(
 
 
 def storage_snapshot(database: str | None) -> dict[str, Any]:
-    stats = status.table_stats(database)
+    stats = run(status.table_stats(), database)
     return {
         "dead_tuples": sum(values["dead"] for values in stats.values()),
-        "schema_bytes": status.schema_size(database),
+        "schema_bytes": run(status.schema_size(), database),
     }
 
 
-def pg_costs(start: tuple[str, int], end: tuple[str, int], jobs_done: int, database) -> dict:
-    wal = status.wal_bytes_between(start[0], end[0], database)
+def pg_costs(
+    start: tuple[str, int], end: tuple[str, int], jobs_done: int, database: str | None
+) -> dict[str, Any]:
+    wal = run(status.wal_bytes_between(start[0], end[0]), database)
     commits = end[1] - start[1]
     return {
         "wal_bytes": wal,

@@ -1,5 +1,9 @@
-"""The worker runtime (asyncio dispatcher, executor, completer, maintenance).
+"""The worker runtime: asyncio services wired together by :mod:`.worker`.
 
-Arrives with the runtime issue; it never imports the ORM and reaches the
-database only through ``awa_django.storage``.
+Every service (dispatcher, completer, heartbeat, progress flush, notifier,
+promoter, the leader and each maintenance task) reaches the database only
+through ``awa_django.storage`` operations run by an ``AsyncRunner``; the
+runtime never imports the ORM.  Periodic services share one shape
+(:mod:`.service`): a frozen config, ``start()`` / ``stop()`` and a
+``run_once()`` that the loop and the tests both call.
 """

@@ -1,67 +1,78 @@
-"""Durable completion of attempts, batched.
+"""Durable completion of attempts: one interface, an inline and a batching twin.
 
-Finished attempts are closed many at a time: the batcher collects closures
-and flushes them in ONE ``awa.close_attempts`` statement when it has
-``batch_size`` of them or ``flush_interval`` after the first one arrived
-(defaults 512 / 1 ms).  Each submitter awaits its own result, so a worker
-permit stays held until the completion is durable.
+A :class:`Completer` takes the :class:`~awa_django.records.Closure` of a
+finished attempt and answers, once it is durable, whether it was applied.
+Each submitter awaits its own answer, so a worker permit stays held until
+the completion is durable.
 
 Every closure names its ``(job_id, run_lease)``; the SQL applies only the
 ones whose attempt is still open and returns them.  The rest are stale (the
 attempt was rescued, cancelled or handed back meanwhile): they are counted
 in ``stale`` and logged, never applied.
 
-:class:`InlineCompleter` is the unbatched twin with the same interface, for
-tests and one-off paths.
+* :class:`InlineCompleter` closes each submission in its own statement (tests,
+  one-off paths).
+* :class:`BatchCompleter` collects closures and flushes them in ONE
+  ``awa.close_attempts`` statement when it has ``batch_size`` of them or
+  ``flush_interval`` after the first one arrived (defaults 512 / 1 ms).
+
+Both emit completion events: listeners registered with :meth:`subscribe`
+receive the list of :class:`CompletionEvent` of every flush (applied and
+stale alike).  This is the hook metrics, signals and logs build on; with no
+listener it costs nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool
 
-from ..storage.attempts import Closure, close_attempts
+from ..records import Closure
+from ..storage import AsyncRunner
+from ..storage.attempts import close_attempts
+from .config import CompleterConfig
 
 log = logging.getLogger("awa_django.worker")
 
-DEFAULT_BATCH_SIZE = 512
-DEFAULT_FLUSH_INTERVAL = 0.001
 RETRY_DELAY = 0.5
 
 
-class InlineCompleter:
-    """Closes each attempt immediately in its own statement."""
+@dataclass(frozen=True, slots=True)
+class CompletionEvent:
+    """One closure after its flush: ``applied`` False means it was stale."""
 
-    def __init__(self, pool: AsyncConnectionPool) -> None:
-        self._pool = pool
+    closure: Closure
+    applied: bool
+
+
+Listener = Callable[[Sequence[CompletionEvent]], None]
+
+
+class Completer:
+    """The interface (and the shared bookkeeping) of both completers."""
+
+    def __init__(self, runner: AsyncRunner) -> None:
+        self._run = runner
         self.applied = 0
         self.stale = 0
+        self._listeners: list[Listener] = []
+
+    def subscribe(self, listener: Listener) -> None:
+        """Call ``listener(events)`` after every flush."""
+        self._listeners.append(listener)
 
     async def submit(self, closure: Closure) -> bool:
+        """Close one attempt; True if it was applied, False if it was stale."""
         return (await self.submit_many([closure]))[0]
 
     async def submit_many(self, closures: Sequence[Closure]) -> list[bool]:
-        async with self._pool.connection() as conn:
-            won = await close_attempts(conn, closures)
-        results = [(c.job_id, c.run_lease) in won for c in closures]
-        self._count(closures, results)
-        return results
-
-    def _count(self, closures: Sequence[Closure], results: list[bool]) -> None:
-        for closure, applied in zip(closures, results, strict=True):
-            if applied:
-                self.applied += 1
-            else:
-                self.stale += 1
-                log.warning(
-                    "job %s: stale completion rejected (run_lease %s was already closed)",
-                    closure.job_id,
-                    closure.run_lease,
-                )
+        """Close these attempts in one statement now, whatever is pending."""
+        won = await self._run(close_attempts(closures))
+        return self._settle(closures, won)
 
     async def start(self) -> None:
         return None
@@ -69,22 +80,46 @@ class InlineCompleter:
     async def stop(self) -> None:
         return None
 
+    async def run_once(self) -> int:
+        """Flush what is pending; returns how many closures were written."""
+        return 0
 
-class BatchCompleter(InlineCompleter):
+    def _settle(self, closures: Sequence[Closure], won: set[tuple[int, int]]) -> list[bool]:
+        results = [(c.job_id, c.run_lease) in won for c in closures]
+        stale = results.count(False)
+        self.applied += len(results) - stale
+        if stale:
+            self.stale += stale
+            for closure, applied in zip(closures, results, strict=True):
+                if not applied:
+                    log.warning(
+                        "job %s: stale completion rejected (run_lease %s was already closed)",
+                        closure.job_id,
+                        closure.run_lease,
+                    )
+        if self._listeners:
+            events = [CompletionEvent(c, ok) for c, ok in zip(closures, results, strict=True)]
+            for listener in self._listeners:
+                try:
+                    listener(events)
+                except Exception:
+                    log.exception("completion listener %r failed", listener)
+        return results
+
+
+class InlineCompleter(Completer):
+    """Closes each submission immediately in its own statement."""
+
+
+class BatchCompleter(Completer):
     """Collects closures and writes them in batches."""
 
-    def __init__(
-        self,
-        pool: AsyncConnectionPool,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        flush_interval: float = DEFAULT_FLUSH_INTERVAL,
-    ) -> None:
-        super().__init__(pool)
-        self.batch_size = batch_size
-        self.flush_interval = flush_interval
+    def __init__(self, config: CompleterConfig, runner: AsyncRunner) -> None:
+        super().__init__(runner)
+        self.config = config
         self._pending: list[tuple[Closure, asyncio.Future[bool]]] = []
         self._arrived = asyncio.Event()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._closing = False
 
     async def submit(self, closure: Closure) -> bool:
@@ -96,7 +131,8 @@ class BatchCompleter(InlineCompleter):
         return await future
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="awa-completer")
+        self._closing = False
+        self._task = asyncio.create_task(self._loop(), name="awa-completer")
 
     async def stop(self) -> None:
         """Flush everything pending, then stop."""
@@ -108,17 +144,14 @@ class BatchCompleter(InlineCompleter):
 
     async def run_once(self) -> int:
         """Flush up to one batch now; returns how many closures were written."""
-        batch, self._pending = (
-            self._pending[: self.batch_size],
-            self._pending[self.batch_size :],
-        )
+        size = self.config.batch_size
+        batch, self._pending = self._pending[:size], self._pending[size:]
         if not batch:
             return 0
         closures = [closure for closure, _ in batch]
         while True:
             try:
-                async with self._pool.connection() as conn:
-                    won = await close_attempts(conn, closures)
+                won = await self._run(close_attempts(closures))
                 break
             except (psycopg.OperationalError, psycopg.errors.AdminShutdown) as exc:
                 # The statement is idempotent per attempt: retrying after a
@@ -130,20 +163,18 @@ class BatchCompleter(InlineCompleter):
                     if not future.done():
                         future.set_exception(exc)
                 return len(batch)
-        results = [(c.job_id, c.run_lease) in won for c in closures]
-        self._count(closures, results)
-        for (_, future), applied in zip(batch, results, strict=True):
+        for (_, future), applied in zip(batch, self._settle(closures, won), strict=True):
             if not future.done():
                 future.set_result(applied)
         return len(batch)
 
-    async def _run(self) -> None:
+    async def _loop(self) -> None:
         while True:
             await self._arrived.wait()
             self._arrived.clear()
-            if len(self._pending) < self.batch_size and not self._closing:
+            if len(self._pending) < self.config.batch_size and not self._closing:
                 # Let the batch fill for up to one flush interval.
-                await asyncio.sleep(self.flush_interval)
+                await asyncio.sleep(self.config.flush_interval)
             while self._pending:
                 await self.run_once()
             if self._closing:

@@ -1,66 +1,162 @@
-"""Frozen configuration of one worker process, built from ``settings.AWA``.
+"""Frozen configuration of one worker process and of each of its services.
 
-Everything the runtime needs is resolved here once (queue policies,
-connection string, timings) so the asyncio services never read Django
-settings themselves.  The object is picklable: ``--processes N`` hands it to
-each child process.
+``settings.AWA`` is parsed once, into :class:`~awa_django.conf.AwaSettings`,
+which holds every default.  A :class:`WorkerConfig` carries that object as
+it is (it is frozen and picklable, so ``--processes N`` hands it to each
+child) plus what the command line chose; each service's config is derived
+from it by one ``from_settings`` constructor here, never by copying fields
+with defaults of their own.  Every config validates itself on creation, so
+a service never starts with a nonsensical value.
+
+This module imports no service: services import their configs from here.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from ..conf import AwaSettings, QueueConfig
+from ..conf import AwaSettings, QueueConfig, RateLimit
 from ..exceptions import InvalidJob
 from ..payload import check_queue
-from .maintenance import MaintenanceConfig
+
+DEFAULT_SHUTDOWN_TIMEOUT = 30.0
+# Leader election: how often a standby tries the lock and a leader checks it still holds it.
+ELECTION_INTERVAL = 1.0
+# Progress reported by handlers is written at most this often.
+PROGRESS_FLUSH_INTERVAL = 1.0
+# Rows per statement for promotion, rescue and cleanup; a pause between
+# rescue batches keeps a big rescue from starving the hot path.
+PROMOTE_BATCH = 1000
+RESCUE_BATCH = 1000
+RESCUE_PAUSE = 0.05
+
+
+def _positive(name: str, value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
 
 
 @dataclass(frozen=True)
 class QueuePolicy:
-    """Dispatch policy of one queue inside this worker."""
+    """Dispatch policy of one queue inside this worker: its ``QueueConfig`` and
+    whether terminal failures of the queue go to the DLQ."""
 
-    name: str
-    max_workers: int
-    claim_batch_size: int
-    poll_interval: float
-    deadline: float
-    aging_interval: float
+    queue: QueueConfig
     dlq: bool
-    rate_limit: tuple[float, int] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.queue.name
+
+    @property
+    def max_workers(self) -> int:
+        return self.queue.max_workers
+
+    @property
+    def claim_batch_size(self) -> int:
+        return self.queue.claim_batch_size
+
+    @property
+    def rate_limit(self) -> RateLimit | None:
+        return self.queue.rate_limit
+
+    def replace(self, **changes: Any) -> QueuePolicy:
+        """A copy with queue options (``max_workers=...``) and/or ``dlq`` changed."""
+        dlq = changes.pop("dlq", self.dlq)
+        return QueuePolicy(dataclasses.replace(self.queue, **changes), dlq)
+
+
+@dataclass(frozen=True)
+class PeriodicConfig:
+    """A service that runs ``run_once()`` every ``interval`` seconds."""
+
+    interval: float
+
+    def __post_init__(self) -> None:
+        _positive("interval", self.interval)
+
+
+@dataclass(frozen=True)
+class CompleterConfig:
+    """Closures are flushed in batches of ``batch_size``, or ``flush_interval``
+    seconds after the first one of a batch arrived."""
+
+    batch_size: int
+    flush_interval: float
+
+    def __post_init__(self) -> None:
+        _positive("batch_size", self.batch_size)
+        if self.flush_interval < 0:
+            raise ValueError(f"flush_interval must be >= 0, got {self.flush_interval!r}")
 
     @classmethod
-    def from_config(cls, config: QueueConfig, *, dlq: bool, max_workers: int | None = None):
-        return cls(
-            name=config.name,
-            max_workers=max_workers or config.max_workers,
-            claim_batch_size=config.claim_batch_size,
-            poll_interval=config.poll_interval,
-            deadline=config.deadline,
-            aging_interval=config.priority_aging_interval,
-            dlq=dlq,
-            rate_limit=(
-                (config.rate_limit.max_rate, config.rate_limit.burst) if config.rate_limit else None
-            ),
-        )
+    def from_settings(cls, settings: AwaSettings) -> CompleterConfig:
+        return cls(settings.completion_batch_size, settings.completion_flush_interval)
+
+
+@dataclass(frozen=True)
+class MaintenanceConfig:
+    """What the maintenance leader needs: the settings, where to connect, who it is."""
+
+    settings: AwaSettings
+    conninfo: str
+    runtime_id: uuid.UUID = field(default_factory=uuid.uuid4)
+
+    @property
+    def runtime_retention(self) -> float:
+        # Long enough that stale-heartbeat rescue has seen the runtime dead.
+        s = self.settings
+        return max(3 * s.heartbeat_staleness, 3 * s.heartbeat_rescue_interval)
+
+    @property
+    def dlq_on(self) -> tuple[str, ...]:
+        return tuple(q for q, on in self.settings.queue_dlq.items() if on)
+
+    @property
+    def dlq_off(self) -> tuple[str, ...]:
+        return tuple(q for q, on in self.settings.queue_dlq.items() if not on)
+
+    def ring_slots(self) -> dict[str, int]:
+        s = self.settings
+        return {
+            "queue": s.queue_slot_count,
+            "claim": s.claim_slot_count,
+            "lease": s.lease_slot_count,
+        }
+
+    def ring_intervals(self) -> dict[str, float]:
+        s = self.settings
+        return {
+            "queue": s.queue_rotate_interval,
+            "claim": s.effective_claim_rotate_interval,
+            "lease": s.lease_rotate_interval,
+        }
 
 
 @dataclass(frozen=True)
 class WorkerConfig:
-    queues: tuple[QueuePolicy, ...]
+    """One worker process: the settings plus what ``awa_worker``'s flags chose."""
+
+    settings: AwaSettings
     conninfo: str
-    database: str = "default"
+    queues: tuple[QueuePolicy, ...]
     burst: bool = False
-    shutdown_timeout: float = 30.0
-    heartbeat_interval: float = 30.0
-    promote_batch_size: int = 1000
-    completion_batch_size: int = 512
-    completion_flush_interval: float = 0.001
+    shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT
+    maintenance: bool = True
     runtime_id: uuid.UUID = field(default_factory=uuid.uuid4)
-    maintenance: MaintenanceConfig | None = None
     # Extra modules defining jobs, imported before work starts (``--import``).
     imports: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.shutdown_timeout < 0:
+            raise ValueError(f"shutdown_timeout must be >= 0, got {self.shutdown_timeout!r}")
+        names = [policy.name for policy in self.queues]
+        if len(set(names)) != len(names):
+            raise ValueError(f"a queue is listed twice: {names}")
 
     @property
     def queue_names(self) -> list[str]:
@@ -69,6 +165,29 @@ class WorkerConfig:
     @property
     def total_permits(self) -> int:
         return sum(policy.max_workers for policy in self.queues)
+
+    @property
+    def completer(self) -> CompleterConfig:
+        return CompleterConfig.from_settings(self.settings)
+
+    @property
+    def heartbeat(self) -> PeriodicConfig:
+        return PeriodicConfig(self.settings.heartbeat_interval)
+
+    @property
+    def progress(self) -> PeriodicConfig:
+        return PeriodicConfig(PROGRESS_FLUSH_INTERVAL)
+
+    @property
+    def maintenance_config(self) -> MaintenanceConfig | None:
+        if not self.maintenance:
+            return None
+        return MaintenanceConfig(self.settings, self.conninfo, self.runtime_id)
+
+    def with_queue_changes(self, **changes: Any) -> WorkerConfig:
+        """A copy with the same queue options changed on every queue (tests, benchmarks)."""
+        queues = tuple(policy.replace(**changes) for policy in self.queues)
+        return dataclasses.replace(self, queues=queues)
 
 
 def parse_queue_option(value: str) -> tuple[str, int | None]:
@@ -86,11 +205,11 @@ def build_config(
     settings: AwaSettings,
     conninfo: str,
     *,
-    queues: list[str] | None = None,
+    queues: Sequence[str] | None = None,
     burst: bool = False,
-    shutdown_timeout: float = 30.0,
+    shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
     maintenance: bool = True,
-    imports: tuple[str, ...] = (),
+    imports: Sequence[str] = (),
 ) -> WorkerConfig:
     """Worker configuration for ``queues`` (``NAME[:N]``; default: every configured queue)."""
     selected = (
@@ -98,25 +217,18 @@ def build_config(
         if queues
         else [(name, None) for name in settings.queues]
     )
-    policies = tuple(
-        QueuePolicy.from_config(
-            settings.queue(name), dlq=settings.dlq_enabled(name), max_workers=count
-        )
-        for name, count in dict(selected).items()
-    )
-    runtime_id = uuid.uuid4()
+    policies = []
+    for name, count in dict(selected).items():
+        queue = settings.queue(name)
+        if count is not None:
+            queue = dataclasses.replace(queue, max_workers=count)
+        policies.append(QueuePolicy(queue, settings.dlq_enabled(name)))
     return WorkerConfig(
-        runtime_id=runtime_id,
-        maintenance=(
-            MaintenanceConfig.from_settings(settings, conninfo, runtime_id) if maintenance else None
-        ),
-        queues=policies,
-        imports=tuple(imports),
+        settings=settings,
         conninfo=conninfo,
-        database=settings.database,
+        queues=tuple(policies),
         burst=burst,
         shutdown_timeout=shutdown_timeout,
-        heartbeat_interval=settings.heartbeat_interval,
-        completion_batch_size=settings.completion_batch_size,
-        completion_flush_interval=settings.completion_flush_interval,
+        maintenance=maintenance,
+        imports=tuple(imports),
     )

@@ -18,13 +18,14 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Awaitable
 from datetime import UTC, datetime
 
-from psycopg_pool import AsyncConnectionPool
-
 from ..context import JobContext
-from ..storage.attempts import ClaimedJob, claim
-from .completer import InlineCompleter
+from ..records import ClaimedJob
+from ..storage import AsyncRunner
+from ..storage.attempts import claim
+from .completer import Completer
 from .config import QueuePolicy
 from .executor import Executor, context_for
 from .permits import Permits
@@ -60,9 +61,35 @@ class TokenBucket:
         return max(0.0, (1 - self._tokens) / self.rate)
 
 
-def _cancel_all(contexts: list[JobContext]) -> None:
-    for ctx in contexts:
-        ctx.cancel()
+class ClaimBatch:
+    """The jobs of one claim, which share a deadline.
+
+    One timer per claim tells the handlers still running when the deadline
+    passes (the leader's deadline rescue closes the attempts themselves).
+    The timer is cancelled as soon as the batch's last job finishes: a
+    pending timer would keep every context of the batch alive until the
+    deadline (300 s by default), so memory would grow with throughput.
+    """
+
+    __slots__ = ("contexts", "remaining", "timer")
+
+    def __init__(self, contexts: list[JobContext]) -> None:
+        self.contexts = contexts
+        self.remaining = len(contexts)
+        self.timer: asyncio.TimerHandle | None = None
+
+    def expire(self) -> None:
+        self.timer = None
+        for ctx in self.contexts:
+            ctx.cancel()
+
+    def finished_one(self) -> None:
+        self.remaining -= 1
+        if self.remaining == 0:
+            if self.timer is not None:
+                self.timer.cancel()  # drops the handle's reference to this batch
+                self.timer = None
+            self.contexts = []
 
 
 class Dispatcher:
@@ -70,26 +97,27 @@ class Dispatcher:
         self,
         policy: QueuePolicy,
         *,
-        pool: AsyncConnectionPool,
+        runner: AsyncRunner,
         executor: Executor,
-        completer: InlineCompleter,
+        completer: Completer,
         runtime_id: uuid.UUID,
         wakeup: asyncio.Event,
         stopping: asyncio.Event,
     ) -> None:
         self.policy = policy
         self.permits = Permits(policy.max_workers)
-        self._pool = pool
+        self._run = runner
         self._executor = executor
         self._completer = completer
         self._runtime_id = runtime_id
         self._wakeup = wakeup
         self._stopping = stopping
-        self._bucket = TokenBucket(*policy.rate_limit) if policy.rate_limit else None
-        self.inflight: dict[tuple[int, int], tuple[ClaimedJob, JobContext, asyncio.Task]] = {}
+        rate = policy.rate_limit
+        self._bucket = TokenBucket(rate.max_rate, rate.burst) if rate else None
+        self.inflight: dict[tuple[int, int], tuple[ClaimedJob, JobContext, asyncio.Task[None]]] = {}
         self.last_claim_empty = False
 
-    async def _wait(self, awaitable, timeout: float | None = None) -> bool:
+    async def _wait(self, awaitable: Awaitable[object], timeout: float | None = None) -> bool:
         """Wait for ``awaitable`` unless stopping first; True if it finished."""
         waiter = asyncio.ensure_future(awaitable)
         stopper = asyncio.ensure_future(self._stopping.wait())
@@ -111,15 +139,16 @@ class Dispatcher:
             if wanted == 0:
                 return []
         try:
-            async with self._pool.connection() as conn:
-                jobs = await claim(
-                    conn,
-                    self.policy.name,
+            queue = self.policy.queue
+            jobs = await self._run(
+                claim(
+                    queue.name,
                     wanted,
                     self._runtime_id,
-                    self.policy.deadline,
-                    self.policy.aging_interval,
+                    queue.deadline,
+                    queue.priority_aging_interval,
                 )
+            )
         except BaseException:
             self.permits.release(wanted)
             raise
@@ -127,19 +156,18 @@ class Dispatcher:
         if self._bucket is not None:
             self._bucket.take(len(jobs))
         self.last_claim_empty = len(jobs) < wanted
-        create_task = asyncio.get_running_loop().create_task
-        contexts = []
-        for job in jobs:
-            ctx = context_for(job)
-            contexts.append(ctx)
-            task = create_task(self._run_job(job, ctx))
+        if not jobs:
+            return jobs
+        loop = asyncio.get_running_loop()
+        batch = ClaimBatch([context_for(job) for job in jobs])
+        deadline_at = jobs[0].deadline_at
+        if deadline_at is not None:
+            delay = (deadline_at - datetime.now(UTC)).total_seconds()
+            batch.timer = loop.call_later(max(delay, 0), batch.expire)
+        create_task = loop.create_task
+        for job, ctx in zip(jobs, batch.contexts, strict=True):
+            task = create_task(self._run_job(job, ctx, batch))
             self.inflight[(job.job_id, job.run_lease)] = (job, ctx, task)
-        if jobs and jobs[0].deadline_at is not None:
-            # One timer per claim (its jobs share the deadline): tell the
-            # handlers still running when it passes.  The leader's deadline
-            # rescue closes the attempts themselves.
-            delay = (jobs[0].deadline_at - datetime.now(UTC)).total_seconds()
-            asyncio.get_running_loop().call_later(max(delay, 0), _cancel_all, contexts)
         return jobs
 
     async def run(self) -> None:
@@ -156,14 +184,14 @@ class Dispatcher:
             if self._bucket is not None and not jobs and self._bucket.available() == 0:
                 await self._wait(asyncio.sleep(self._bucket.wait_time()))
             elif self.last_claim_empty:
-                await self._wait(self._wakeup.wait(), timeout=self.policy.poll_interval)
+                await self._wait(self._wakeup.wait(), timeout=self.policy.queue.poll_interval)
 
-    async def _run_job(self, job: ClaimedJob, ctx: JobContext) -> None:
+    async def _run_job(self, job: ClaimedJob, ctx: JobContext, batch: ClaimBatch) -> None:
         try:
             closure = await self._executor.run(job, ctx, dlq=self.policy.dlq)
             applied = await self._completer.submit(closure)
-            if applied:
-                log.info(
+            if applied and log.isEnabledFor(logging.DEBUG):
+                log.debug(
                     "job %s (%s) attempt %s -> %s",
                     job.job_id,
                     job.kind,
@@ -177,3 +205,4 @@ class Dispatcher:
         finally:
             self.inflight.pop((job.job_id, job.run_lease), None)
             self.permits.release()
+            batch.finished_one()

@@ -5,21 +5,15 @@ the ORM) run in a thread pool sized by the worker's permits, wrapped in
 ``close_old_connections()`` like a request, so a broken or aged connection
 never leaks from one job into the next.
 
-Outcome mapping (API.md): a return completes the job (the return value is
-kept when JSON-able); ``RetryAfter``/``Snooze``/``Cancel``/``TerminalError``
-steer it; any other exception is a retryable failure with backoff until
-``max_attempts``.  Every failed attempt appends an error entry to the job's
-history, which survives retries.  A kind this process does not know, or
-arguments that no longer fit the handler, fail terminally.
+What each outcome becomes is the pure mapping in :mod:`.closures`.  A kind
+this process does not know, or arguments that no longer fit the handler,
+fail terminally.
 """
 
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
-import json
 import logging
-import traceback
 from dataclasses import replace
 from typing import Any
 
@@ -29,115 +23,11 @@ from ..context import JobContext
 from ..exceptions import InvalidJob
 from ..jobs import Job, registry
 from ..outcomes import Cancel, RetryAfter, Snooze, TerminalError
-from ..payload import to_json
-from ..storage.attempts import (
-    CANCELLED,
-    COMPLETED,
-    DLQ,
-    FAILED,
-    RETRYABLE,
-    SCHEDULED,
-    ClaimedJob,
-    Closure,
-)
-from .backoff import retry_delay
+from ..records import COMPLETED, ClaimedJob, Closure
+from .closures import cancelled, completed, error_entry, failed, retry_or_fail, snoozed
 from .threads import HandlerThreads
 
 log = logging.getLogger("awa_django.worker")
-
-MAX_TRACEBACK_CHARS = 20_000
-
-
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
-
-
-def error_entry(job: ClaimedJob, exc: BaseException | None, message: str | None = None) -> dict:
-    """One failed attempt, as kept in the job's error history."""
-    if exc is None:
-        kind, text, trace = "awa_django.Error", message or "", ""
-    else:
-        kind = f"{type(exc).__module__}.{type(exc).__qualname__}"
-        text = message or str(exc)
-        trace = "".join(traceback.format_exception(exc))[-MAX_TRACEBACK_CHARS:]
-    return {
-        "attempt": job.attempt,
-        "type": kind,
-        "message": text,
-        "traceback": trace,
-        "at": _now().isoformat(),
-    }
-
-
-def _history(job: ClaimedJob, entry: dict) -> str:
-    return json.dumps([*job.errors, entry], default=str)
-
-
-def _base(job: ClaimedJob, target: str, outcome: str, **fields: Any) -> Closure:
-    return Closure(
-        job_id=job.job_id,
-        run_lease=job.run_lease,
-        claim_slot=job.claim_slot,
-        batch_id=job.batch_id,
-        item=job.item,
-        target=target,
-        outcome=outcome,
-        **fields,
-    )
-
-
-def completed(job: ClaimedJob, value: Any) -> Closure:
-    result = None
-    if value is not None:
-        try:
-            result = to_json(value, "return value")
-        except InvalidJob:
-            log.debug("job %s: return value of %s is not JSON; not kept", job.job_id, job.kind)
-    return _base(job, COMPLETED, COMPLETED, result=result)
-
-
-def failed(job: ClaimedJob, entry: dict, *, dlq: bool, reason: str) -> Closure:
-    """Terminal failure: failed, or moved to the DLQ when the queue has one."""
-    target = DLQ if dlq else FAILED
-    return _base(job, target, FAILED, errors=_history(job, entry), reason=reason)
-
-
-def retry_or_fail(job: ClaimedJob, entry: dict, delay: float | None, *, dlq: bool) -> Closure:
-    if job.attempt >= job.max_attempts:
-        return failed(job, entry, dlq=dlq, reason="max_attempts exhausted")
-    if delay is None:
-        delay = retry_delay(job.attempt)
-    return _base(
-        job,
-        RETRYABLE,
-        RETRYABLE,
-        run_at=_now() + dt.timedelta(seconds=delay),
-        attempt=job.attempt,
-        errors=_history(job, entry),
-    )
-
-
-def snoozed(job: ClaimedJob, delay: float) -> Closure:
-    # The next claim adds one to the stored count: store this attempt's
-    # predecessor so the re-run sees the same attempt number.
-    return _base(
-        job,
-        SCHEDULED,
-        "snoozed",
-        run_at=_now() + dt.timedelta(seconds=delay),
-        attempt=job.attempt - 1,
-    )
-
-
-def handed_back(job: ClaimedJob) -> Closure:
-    """Shutdown gave up on this attempt: run it again soon, uncounted."""
-    return _base(job, SCHEDULED, "handed_back", run_at=_now(), attempt=job.attempt - 1)
-
-
-def cancelled(job: ClaimedJob, reason: str) -> Closure:
-    entry = error_entry(job, None, reason)
-    entry["type"] = "awa_django.Cancel"
-    return _base(job, CANCELLED, CANCELLED, errors=_history(job, entry), reason=reason)
 
 
 class Executor:
@@ -166,7 +56,9 @@ class Executor:
             closure = replace(closure, progress=ctx.progress_snapshot()[1])
         return closure
 
-    async def _execute(self, definition: Job, job: ClaimedJob, ctx: JobContext, *, dlq: bool):
+    async def _execute(
+        self, definition: Job[..., Any], job: ClaimedJob, ctx: JobContext, *, dlq: bool
+    ) -> Closure:
         log.debug("job %s (%s) attempt %s starting", job.job_id, job.kind, job.attempt)
         try:
             if definition.is_async:
@@ -204,13 +96,13 @@ class Executor:
         return completed(job, value)
 
     @staticmethod
-    async def _call(definition: Job, ctx: JobContext, job: ClaimedJob) -> Any:
+    async def _call(definition: Job[..., Any], ctx: JobContext, job: ClaimedJob) -> Any:
         if definition.takes_context:
             return await definition.func(ctx, *job.args, **job.kwargs)
         return await definition.func(*job.args, **job.kwargs)
 
 
-def _call_sync(definition: Job, ctx: JobContext, job: ClaimedJob) -> Any:
+def _call_sync(definition: Job[..., Any], ctx: JobContext, job: ClaimedJob) -> Any:
     close_old_connections()
     try:
         if definition.takes_context:

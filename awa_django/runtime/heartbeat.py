@@ -9,49 +9,46 @@ polls ``ctx.is_cancelled()`` stops work nobody will accept any more.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import socket
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 
-from psycopg_pool import AsyncConnectionPool
-
-from ..context import JobContext
-from ..storage import runtimes
-from ..storage.attempts import ClaimedJob
-from ..storage.maintenance import closed_attempts
+from ..storage import AsyncRunner, runtimes
+from ..storage.attempts import closed_attempts
+from .config import PeriodicConfig
+from .inflight import Inflight, nothing_inflight
+from .service import PeriodicService
 
 log = logging.getLogger("awa_django.worker")
 
 
-class Heartbeat:
+class Heartbeat(PeriodicService[int]):
+    name = "heartbeat"
+
     def __init__(
         self,
-        pool: AsyncConnectionPool,
+        config: PeriodicConfig,
+        runner: AsyncRunner,
         runtime_id: uuid.UUID,
-        interval: float,
-        inflight: Callable[[], Iterable[tuple[ClaimedJob, JobContext]]] = tuple,
+        inflight: Inflight = nothing_inflight,
     ) -> None:
-        self._pool = pool
+        super().__init__(config)
+        self._run = runner
         self.runtime_id = runtime_id
-        self.interval = interval
         self._inflight = inflight
 
     async def register(self, queues: Sequence[str], pid: int) -> None:
-        async with self._pool.connection() as conn:
-            await runtimes.register(conn, self.runtime_id, socket.gethostname(), pid, queues)
+        await self._run(runtimes.register(self.runtime_id, socket.gethostname(), pid, queues))
 
     async def unregister(self) -> None:
-        async with self._pool.connection() as conn:
-            await runtimes.unregister(conn, self.runtime_id)
+        await self._run(runtimes.unregister(self.runtime_id))
 
     async def run_once(self) -> int:
         """Refresh the heartbeat; returns how many in-flight attempts were cancelled."""
         running = {(job.job_id, job.run_lease): (job, ctx) for job, ctx in self._inflight()}
-        async with self._pool.connection() as conn:
-            await runtimes.heartbeat(conn, self.runtime_id)
-            closed = await closed_attempts(conn, [job for job, _ in running.values()])
+        await self._run(runtimes.heartbeat(self.runtime_id))
+        closed = await self._run(closed_attempts([job for job, _ in running.values()]))
         for key in closed:
             job, ctx = running[key]
             if not ctx.is_cancelled():
@@ -60,11 +57,3 @@ class Heartbeat:
                 )
                 ctx.cancel()
         return len(closed)
-
-    async def run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            try:
-                await self.run_once()
-            except Exception as exc:
-                log.warning("heartbeat failed: %s", exc)

@@ -1,105 +1,123 @@
-"""Maintenance leader: election and the cluster-wide upkeep it runs.
+"""The maintenance tasks and the coordinator that runs them while leading.
 
-Leadership.  Every process that may run maintenance keeps one dedicated
-connection and calls ``pg_try_advisory_lock(LEADER_LOCK_KEY)`` on it every
-``ELECTION_INTERVAL``.  The lock is session-scoped: exactly one session holds
-it, and PostgreSQL releases it the moment that session ends.  A leader that
-is killed (or whose connection drops) therefore frees the lock at once, and a
-standby takes over on its next attempt: failover takes at most
-``ELECTION_INTERVAL`` (1 s) after PostgreSQL notices the session is gone,
-which is immediate for a killed process and bounded by TCP keepalives (about
-25 s here) for a vanished host.  All maintenance statements run on that same
-connection, so a leader that lost its session fails its next statement and
-steps down instead of acting without the lock.
+Tasks (each a :class:`~.service.PeriodicService` on its own interval from
+``settings.AWA`` and its own pooled connection, so a promotion waiting on a
+producer's lane lock or a slow prune never delays rescue or the others):
 
-Tasks (each on its own interval from ``settings.AWA``): promote due deferred
-jobs; rotate then prune the queue, claim and lease rings; rescue attempts of
-runtimes whose heartbeat went stale and attempts past their deadline; clean
-up stale runtime rows, expired DLQ rows and old ledger rows.  Every task has
-a ``run_once`` twin the tests drive directly.
+* ``promote``: move due deferred jobs (scheduled, retry backoff, snooze) into
+  the ready ring (:class:`~.promoter.Promoter`);
+* ``queue_ring`` / ``claim_ring`` / ``lease_ring``: one rotate, then one
+  prune attempt, per tick (:class:`RingTask`);
+* ``stale_rescue`` / ``deadline_rescue``: close attempts whose runtime's
+  heartbeat went stale, or that ran past their deadline (:class:`Rescuer`);
+* ``cleanup``: stale runtime rows, expired DLQ rows, old ledger rows.
+
+:class:`Maintenance` competes for leadership through a
+:class:`~.leader.Leader` and starts the tasks when a term begins, stops them
+when it ends.  ``run_once()`` runs every task once now (tests, and
+``awa_maintenance`` has no other entry point than ``start``/``stop``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
-import time
-import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from typing import Any
 
-import psycopg
+from psycopg_pool import AsyncConnectionPool
 
-from ..conf import AwaSettings
+from ..storage import AsyncRunner
 from ..storage import maintenance as store
-from ..storage.attempts import promote_all_due
+from .config import RESCUE_BATCH, RESCUE_PAUSE, MaintenanceConfig, PeriodicConfig
+from .leader import KEEPALIVES, Leader
+from .promoter import Promoter
+from .service import PeriodicService
 
 log = logging.getLogger("awa_django.maintenance")
 
-ELECTION_INTERVAL = 1.0
-PRUNE_LOCK_TIMEOUT_MS = 10
-RESCUE_BATCH = 1000
-PROMOTE_BATCH = 1000
-KEEPALIVES = {
-    "keepalives": 1,
-    "keepalives_idle": 10,
-    "keepalives_interval": 5,
-    "keepalives_count": 3,
-}
+
+class RingTask(PeriodicService[dict[str, str]]):
+    """One tick of a ring: attempt one rotate, then one prune."""
+
+    run_at_start = True
+
+    def __init__(
+        self, config: PeriodicConfig, runner: AsyncRunner, ring: str, failed_retention: float
+    ) -> None:
+        super().__init__(config)
+        self.name = f"{ring}_ring"
+        self.ring = ring
+        self._run = runner
+        self._failed_retention = failed_retention
+
+    async def run_once(self) -> dict[str, str]:
+        rotated = await self._run(store.rotate(self.ring))
+        pruned = await self._run(store.prune(self.ring, self._failed_retention))
+        if pruned == "blocked":
+            log.debug("%s ring prune blocked by a lock; retrying next tick", self.ring)
+        return {"rotate": rotated, "prune": pruned}
 
 
-@dataclass(frozen=True)
-class MaintenanceConfig:
-    conninfo: str
-    promote_interval: float = 0.25
-    queue_rotate_interval: float = 1.0
-    claim_rotate_interval: float = 1.0
-    lease_rotate_interval: float = 1.0
-    queue_slot_count: int = 16
-    claim_slot_count: int = 8
-    lease_slot_count: int = 8
-    heartbeat_staleness: float = 90.0
-    heartbeat_rescue_interval: float = 30.0
-    deadline_rescue_interval: float = 30.0
-    failed_retention: float = 72 * 3600.0
-    dlq_retention: float = 30 * 86400.0
-    cleanup_interval: float = 60.0
-    cleanup_batch_size: int = 1000
-    dlq_default: bool = False
-    dlq_on: tuple[str, ...] = ()
-    dlq_off: tuple[str, ...] = ()
-    runtime_id: uuid.UUID = field(default_factory=uuid.uuid4)
+class Rescuer(PeriodicService[int]):
+    """Closes abandoned attempts in batches, pausing between batches."""
 
-    @classmethod
-    def from_settings(cls, settings: AwaSettings, conninfo: str, runtime_id: uuid.UUID):
-        return cls(
-            conninfo=conninfo,
-            promote_interval=settings.promote_interval,
-            queue_rotate_interval=settings.queue_rotate_interval,
-            claim_rotate_interval=settings.effective_claim_rotate_interval,
-            lease_rotate_interval=settings.lease_rotate_interval,
-            queue_slot_count=settings.queue_slot_count,
-            claim_slot_count=settings.claim_slot_count,
-            lease_slot_count=settings.lease_slot_count,
-            heartbeat_staleness=settings.heartbeat_staleness,
-            heartbeat_rescue_interval=settings.heartbeat_rescue_interval,
-            deadline_rescue_interval=settings.deadline_rescue_interval,
-            failed_retention=settings.failed_retention,
-            dlq_retention=settings.dlq_retention,
-            cleanup_interval=settings.cleanup_interval,
-            cleanup_batch_size=settings.cleanup_batch_size,
-            dlq_default=settings.dlq_enabled_by_default,
-            dlq_on=tuple(q for q, on in settings.queue_dlq.items() if on),
-            dlq_off=tuple(q for q, on in settings.queue_dlq.items() if not on),
-            runtime_id=runtime_id,
+    run_at_start = True
+
+    def __init__(
+        self,
+        config: PeriodicConfig,
+        runner: AsyncRunner,
+        reason: str,
+        maintenance: MaintenanceConfig,
+    ) -> None:
+        super().__init__(config)
+        self.name = "stale_rescue" if reason == "stale_heartbeat" else "deadline_rescue"
+        self.reason = reason
+        self._run = runner
+        self._maintenance = maintenance
+
+    async def run_once(self) -> int:
+        """Rescue everything eligible now; returns how many attempts were closed."""
+        m = self._maintenance
+        total = 0
+        while True:
+            count = await self._run(
+                store.rescue(
+                    self.reason,
+                    staleness=m.settings.heartbeat_staleness,
+                    dlq_default=m.settings.dlq_enabled_by_default,
+                    dlq_on=m.dlq_on,
+                    dlq_off=m.dlq_off,
+                    limit=RESCUE_BATCH,
+                )
+            )
+            total += count
+            if count < RESCUE_BATCH:
+                break
+            await asyncio.sleep(RESCUE_PAUSE)
+        if total:
+            log.warning("rescued %s attempts (%s)", total, self.reason)
+        return total
+
+
+class Cleaner(PeriodicService[int]):
+    name = "cleanup"
+
+    def __init__(
+        self, config: PeriodicConfig, runner: AsyncRunner, maintenance: MaintenanceConfig
+    ) -> None:
+        super().__init__(config)
+        self._run = runner
+        self._maintenance = maintenance
+
+    async def run_once(self) -> int:
+        """Delete one batch of expired rows per kind; returns how many went."""
+        m = self._maintenance
+        return await self._run(
+            store.cleanup(
+                m.runtime_retention, m.settings.dlq_retention, m.settings.cleanup_batch_size
+            )
         )
-
-    @property
-    def runtime_retention(self) -> float:
-        # Long enough that stale-heartbeat rescue has seen the runtime dead.
-        return max(3 * self.heartbeat_staleness, 3 * self.heartbeat_rescue_interval)
 
 
 class Maintenance:
@@ -107,141 +125,93 @@ class Maintenance:
 
     def __init__(self, config: MaintenanceConfig) -> None:
         self.config = config
-        self.is_leader = False
-        self.terms = 0
-        self.last: dict[str, object] = {}
-        self._conn: psycopg.AsyncConnection | None = None
-        c = config
-        self._tasks: list[tuple[str, float, Callable[[], Awaitable[object]]]] = [
-            ("promote", c.promote_interval, self.promote),
-            ("queue_ring", c.queue_rotate_interval, lambda: self.ring("queue")),
-            ("claim_ring", c.claim_rotate_interval, lambda: self.ring("claim")),
-            ("lease_ring", c.lease_rotate_interval, lambda: self.ring("lease")),
-            ("stale_rescue", c.heartbeat_rescue_interval, lambda: self.rescue("stale_heartbeat")),
-            (
-                "deadline_rescue",
-                c.deadline_rescue_interval,
-                lambda: self.rescue("deadline_expired"),
-            ),
-            ("cleanup", c.cleanup_interval, self.cleanup),
-        ]
+        self.pool: AsyncConnectionPool[Any] | None = None
+        self.tasks: dict[str, PeriodicService[Any]] = {}
+        self._looping = False
+        self.leader = Leader.for_runtime(config.conninfo, config.runtime_id, self._term)
 
-    # --- connection and leadership -----------------------------------------
-
-    async def connect(self) -> psycopg.AsyncConnection:
-        if self._conn is None or self._conn.closed:
-            self._conn = await psycopg.AsyncConnection.connect(
-                self.config.conninfo,
-                autocommit=True,
-                # pid first: operators (and tests) can tell which process leads.
-                application_name=f"awa-maintenance {os.getpid()} {self.config.runtime_id}",
+    def _pool(self) -> AsyncConnectionPool[Any]:
+        return AsyncConnectionPool(
+            self.config.conninfo,
+            min_size=1,
+            max_size=8,
+            open=False,
+            kwargs={
+                "autocommit": True,
+                "application_name": f"awa-maintenance-task {self.config.runtime_id}",
                 **KEEPALIVES,
-            )
-        return self._conn
-
-    async def try_lead(self) -> bool:
-        conn = await self.connect()
-        if not self.is_leader and await store.try_lead(conn):
-            self.is_leader = True
-            self.terms += 1
-            log.info("runtime %s is now the maintenance leader", self.config.runtime_id)
-            for ring, slots in (
-                ("queue", self.config.queue_slot_count),
-                ("claim", self.config.claim_slot_count),
-                ("lease", self.config.lease_slot_count),
-            ):
-                await store.ensure_ring_partitions(conn, ring, slots)
-        return self.is_leader
-
-    async def close(self) -> None:
-        if self._conn is not None and not self._conn.closed:
-            with contextlib.suppress(psycopg.Error):
-                if self.is_leader:
-                    await store.release_lead(self._conn)
-            await self._conn.close()
-        self._conn = None
-        self.is_leader = False
-
-    # --- tasks ---------------------------------------------------------------
-
-    async def promote(self) -> int:
-        return await promote_all_due(await self.connect(), PROMOTE_BATCH)
-
-    async def ring(self, ring: str) -> tuple[str, str]:
-        """One tick of a ring: attempt one rotate, then one prune."""
-        conn = await self.connect()
-        rotated = await store.rotate(conn, ring)
-        pruned = await store.prune(conn, ring, PRUNE_LOCK_TIMEOUT_MS, self.config.failed_retention)
-        if pruned == "blocked":
-            log.debug("%s ring prune blocked by a lock; retrying next tick", ring)
-        return rotated, pruned
-
-    async def rescue(self, reason: str) -> int:
-        conn = await self.connect()
-        total = 0
-        while True:
-            count = await store.rescue(
-                conn,
-                reason,
-                staleness=self.config.heartbeat_staleness,
-                dlq_default=self.config.dlq_default,
-                dlq_on=self.config.dlq_on,
-                dlq_off=self.config.dlq_off,
-                limit=RESCUE_BATCH,
-            )
-            total += count
-            if count < RESCUE_BATCH:
-                if total:
-                    log.warning("rescued %s attempts (%s)", total, reason)
-                return total
-
-    async def cleanup(self) -> int:
-        conn = await self.connect()
-        return await store.cleanup(
-            conn,
-            self.config.runtime_retention,
-            self.config.dlq_retention,
-            self.config.cleanup_batch_size,
+            },
+            name="awa-maintenance",
         )
 
-    async def run_once(self) -> dict[str, object]:
-        """Run every task once now (requires leadership); returns the results."""
-        results = {}
-        for name, _, task in self._tasks:
-            results[name] = await task()
-        self.last.update(results)
-        return results
+    def _tasks(self, run: AsyncRunner) -> dict[str, PeriodicService[Any]]:
+        config, s = self.config, self.config.settings
+        intervals = config.ring_intervals()
+        return {
+            "promote": Promoter(PeriodicConfig(s.promote_interval), run),
+            **{
+                f"{ring}_ring": RingTask(
+                    PeriodicConfig(intervals[ring]), run, ring, s.failed_retention
+                )
+                for ring in store.RINGS
+            },
+            "stale_rescue": Rescuer(
+                PeriodicConfig(s.heartbeat_rescue_interval), run, "stale_heartbeat", config
+            ),
+            "deadline_rescue": Rescuer(
+                PeriodicConfig(s.deadline_rescue_interval), run, "deadline_expired", config
+            ),
+            "cleanup": Cleaner(PeriodicConfig(s.cleanup_interval), run, config),
+        }
 
-    # --- loop ------------------------------------------------------------------
+    @property
+    def is_leader(self) -> bool:
+        return self.leader.is_leader
 
-    async def run(self, stopping: asyncio.Event | None = None) -> None:
-        stopping = stopping or asyncio.Event()
-        due = {name: 0.0 for name, _, _ in self._tasks}
+    async def _term(self, leading: bool) -> None:
+        """A term starts (fresh pool and tasks; rings sized first) or ends."""
+        if leading:
+            # A closed psycopg pool cannot be reopened: one pool per term.
+            self.pool = self._pool()
+            await self.pool.open(wait=True)
+            run = AsyncRunner(self.pool)
+            for ring, slots in self.config.ring_slots().items():
+                await run(store.ensure_ring_partitions(ring, slots))
+            self.tasks = self._tasks(run)
+            if self._looping:
+                for task in self.tasks.values():
+                    await task.start()
+        else:
+            for task in self.tasks.values():
+                await task.stop()
+            pool, self.pool = self.pool, None
+            if pool is not None:
+                await pool.close()
+
+    async def start(self) -> None:
+        """Start competing for leadership; each term runs the task loops."""
+        self._looping = True
+        await self.leader.start()
+
+    async def stop(self) -> None:
+        """Stop the tasks and release leadership."""
+        self._looping = False
+        await self.leader.stop()
+
+    async def elect(self) -> bool:
+        """One election round without loops (tests drive ``run_once`` after it)."""
+        return await self.leader.run_once()
+
+    async def run_once(self) -> dict[str, Any]:
+        """Run every task once now (requires leadership); returns their results."""
+        if not self.is_leader:
+            raise RuntimeError("run_once needs the maintenance leadership")
+        return {name: await task.run_once() for name, task in self.tasks.items()}
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        """Compete and maintain until ``stopping`` is set (``awa_maintenance``)."""
+        await self.start()
         try:
-            while not stopping.is_set():
-                try:
-                    if not await self.try_lead():
-                        await _sleep_or_stop(stopping, ELECTION_INTERVAL)
-                        continue
-                    now = time.monotonic()
-                    for name, interval, task in self._tasks:
-                        if due[name] <= now:
-                            self.last[name] = await task()
-                            due[name] = time.monotonic() + interval
-                    next_due = min(due.values()) - time.monotonic()
-                    await _sleep_or_stop(stopping, max(next_due, 0.005))
-                except psycopg.Error as exc:
-                    if self.is_leader:
-                        log.warning("maintenance leader lost its session: %s", exc)
-                    await self.close()
-                    await _sleep_or_stop(stopping, ELECTION_INTERVAL)
-                except Exception:
-                    log.exception("maintenance task failed; continuing")
-                    await _sleep_or_stop(stopping, ELECTION_INTERVAL)
+            await stopping.wait()
         finally:
-            await self.close()
-
-
-async def _sleep_or_stop(stopping: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(asyncio.TimeoutError):
-        await asyncio.wait_for(stopping.wait(), timeout=seconds)
+            await self.stop()

@@ -1,49 +1,80 @@
 """LISTEN on the queues' channels and wake their dispatchers.
 
-A dedicated autocommit connection (LISTEN cannot share a pooled one).  When
-the connection drops, every dispatcher is woken once after reconnecting,
-since notifications sent meanwhile are lost; polling covers the gap.
+A dedicated autocommit connection (LISTEN cannot share a pooled one).  Each
+``run_once()`` (re)connects if needed, then relays the notifications that
+arrive within one wait window.  When the connection drops, every dispatcher
+is woken once after reconnecting, since notifications sent meanwhile are
+lost; polling covers the gap.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import psycopg
 from psycopg import sql
 
 from ..storage.notify import queue_channel
+from .service import cancel_and_wait, close_quietly
 
 log = logging.getLogger("awa_django.worker")
 
 RECONNECT_DELAY = 1.0
+WAIT_WINDOW = 5.0
 
 
 class Notifier:
+    name = "notifier"
+
     def __init__(self, conninfo: str, wakeups: dict[str, asyncio.Event]) -> None:
         self._conninfo = conninfo
         self._by_channel = {queue_channel(queue): event for queue, event in wakeups.items()}
         self.listening = asyncio.Event()
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._task: asyncio.Task[None] | None = None
 
-    async def run(self) -> None:
+    async def _listen(self) -> psycopg.AsyncConnection[Any]:
+        if self._conn is None or self._conn.closed:
+            conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
+            for channel in self._by_channel:
+                await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+            self._conn = conn
+            self.listening.set()
+            for event in self._by_channel.values():
+                event.set()
+        return self._conn
+
+    async def run_once(self, timeout: float = WAIT_WINDOW) -> int:
+        """Relay the notifications of the next ``timeout`` seconds; returns how many."""
+        conn = await self._listen()
+        relayed = 0
+        async for notification in conn.notifies(timeout=timeout):
+            event = self._by_channel.get(notification.channel)
+            if event is not None:
+                event.set()
+                relayed += 1
+        return relayed
+
+    async def _loop(self) -> None:
         while True:
             try:
-                async with await psycopg.AsyncConnection.connect(
-                    self._conninfo, autocommit=True
-                ) as conn:
-                    for channel in self._by_channel:
-                        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-                    self.listening.set()
-                    for event in self._by_channel.values():
-                        event.set()
-                    async for notification in conn.notifies():
-                        event = self._by_channel.get(notification.channel)
-                        if event is not None:
-                            event.set()
-            except asyncio.CancelledError:
-                raise
+                await self.run_once()
             except psycopg.Error as exc:
                 self.listening.clear()
+                await self._close()
                 log.warning("LISTEN connection lost (%s); reconnecting", exc)
                 await asyncio.sleep(RECONNECT_DELAY)
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="awa-notifier")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        await cancel_and_wait(task)
+        await self._close()
+
+    async def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        await close_quietly(conn)

@@ -1,24 +1,30 @@
-"""Promotion of due deferred jobs (scheduled, retry backoff, snooze) on demand.
+"""Promotion of due deferred jobs (scheduled, retry backoff, snooze).
 
-The maintenance leader promotes on its own schedule; a ``--burst`` worker
-also calls :meth:`Promoter.run_once` before deciding its queues are empty, so
-a burst run drains due retries without waiting for a leader.
+The maintenance leader runs it on ``PROMOTE_INTERVAL``; a ``--burst``
+worker also calls :meth:`Promoter.run_once` before deciding its queues are
+empty, so a burst run drains due retries without waiting for a leader.
 ``awa.promote_due`` takes rows with SKIP LOCKED, so promoters never collide.
 """
 
 from __future__ import annotations
 
-from psycopg_pool import AsyncConnectionPool
+from ..storage import AsyncRunner
+from ..storage.attempts import promote_due
+from .config import PROMOTE_BATCH, PeriodicConfig
+from .service import PeriodicService
 
-from ..storage.attempts import promote_all_due
 
+class Promoter(PeriodicService[int]):
+    name = "promote"
+    run_at_start = True
 
-class Promoter:
-    def __init__(self, pool: AsyncConnectionPool, batch_size: int = 1000) -> None:
-        self._pool = pool
+    def __init__(
+        self, config: PeriodicConfig, runner: AsyncRunner, batch_size: int = PROMOTE_BATCH
+    ) -> None:
+        super().__init__(config)
+        self._run = runner
         self.batch_size = batch_size
 
     async def run_once(self) -> int:
         """Promote everything due now, in batches; returns how many moved."""
-        async with self._pool.connection() as conn:
-            return await promote_all_due(conn, self.batch_size)
+        return await self._run(promote_due(self.batch_size))

@@ -16,6 +16,7 @@ import multiprocessing
 import signal
 import time
 import uuid
+from multiprocessing.process import BaseProcess
 
 from .config import WorkerConfig
 
@@ -39,16 +40,14 @@ class Supervisor:
         self.config = config
         self.processes = processes
         self._ctx = multiprocessing.get_context("spawn")
-        self._children: dict[int, multiprocessing.Process] = {}
+        self._children: dict[int, BaseProcess] = {}
         self._stopping = False
         self.restarts = 0
 
     def _spawn(self, slot: int) -> None:
-        runtime_id = uuid.uuid4()
-        maintenance = self.config.maintenance
-        if maintenance is not None:
-            maintenance = dataclasses.replace(maintenance, runtime_id=runtime_id)
-        config = dataclasses.replace(self.config, runtime_id=runtime_id, maintenance=maintenance)
+        # Each child is a runtime of its own (its receipts, heartbeat and
+        # election session carry this id).
+        config = dataclasses.replace(self.config, runtime_id=uuid.uuid4())
         process = self._ctx.Process(target=_child, args=(config,), name=f"awa-worker-{slot}")
         process.start()
         self._children[slot] = process

@@ -25,14 +25,14 @@ class HandlerThreads:
     def __init__(self, size: int, name: str = "awa-job") -> None:
         self.size = max(size, 1)
         self.name = name
-        self._work: queue.SimpleQueue = queue.SimpleQueue()
+        self._work: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._pending = 0  # queued + running
         self._lock = threading.Lock()
-        self._done: list[tuple[asyncio.Future, bool, Any]] = []
+        self._done: list[tuple[asyncio.Future[Any], bool, Any]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def submit(self, func: Callable[..., Any], *args: Any) -> asyncio.Future:
+    def submit(self, func: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
         """Run ``func(*args)`` on a handler thread; await the returned future."""
         loop = asyncio.get_running_loop()
         self._loop = loop
@@ -71,7 +71,7 @@ class HandlerThreads:
         finally:
             connections.close_all()
 
-    def _finish(self, future: asyncio.Future, ok: bool, value: Any) -> None:
+    def _finish(self, future: asyncio.Future[Any], ok: bool, value: Any) -> None:
         with self._lock:
             wake = not self._done
             self._done.append((future, ok, value))

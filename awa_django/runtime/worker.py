@@ -25,22 +25,30 @@ import importlib
 import logging
 import os
 import signal
+from collections.abc import Iterator
 from dataclasses import replace
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import connections
 from psycopg_pool import AsyncConnectionPool
 
+from ..conf import unimplemented_settings
+from ..context import JobContext
+from ..records import ClaimedJob
+from ..storage import AsyncRunner
 from ..storage.attempts import queues_have_work
+from .closures import handed_back
 from .completer import BatchCompleter
-from .config import WorkerConfig
+from .config import PeriodicConfig, WorkerConfig
 from .dispatcher import Dispatcher
-from .executor import Executor, handed_back
+from .executor import Executor
 from .heartbeat import Heartbeat
 from .maintenance import Maintenance
 from .notifier import Notifier
 from .progress import ProgressFlusher
 from .promoter import Promoter
+from .service import Service
 
 log = logging.getLogger("awa_django.worker")
 
@@ -51,7 +59,7 @@ class Worker:
     def __init__(self, config: WorkerConfig) -> None:
         self.config = config
         self.stopping = asyncio.Event()
-        self.pool = AsyncConnectionPool(
+        self.pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             config.conninfo,
             min_size=2,
             max_size=len(config.queues) + 4,
@@ -59,21 +67,21 @@ class Worker:
             open=False,
             name="awa-worker",
         )
+        run = AsyncRunner(self.pool)
         self.executor = Executor(config.total_permits)
-        self.completer = BatchCompleter(
-            self.pool, config.completion_batch_size, config.completion_flush_interval
-        )
+        self.completer = BatchCompleter(config.completer, run)
         self.heartbeat = Heartbeat(
-            self.pool, config.runtime_id, config.heartbeat_interval, self._inflight_contexts
+            config.heartbeat, run, config.runtime_id, self._inflight_contexts
         )
-        self.maintenance = Maintenance(config.maintenance) if config.maintenance else None
-        self.promoter = Promoter(self.pool, config.promote_batch_size)
+        maintenance = config.maintenance_config
+        self.maintenance = Maintenance(maintenance) if maintenance is not None else None
+        self.promoter = Promoter(PeriodicConfig(config.settings.promote_interval), run)
         self.wakeups = {policy.name: asyncio.Event() for policy in config.queues}
         self.notifier = Notifier(config.conninfo, self.wakeups)
         self.dispatchers = [
             Dispatcher(
                 policy,
-                pool=self.pool,
+                runner=run,
                 executor=self.executor,
                 completer=self.completer,
                 runtime_id=config.runtime_id,
@@ -82,16 +90,16 @@ class Worker:
             )
             for policy in config.queues
         ]
-        self.progress = ProgressFlusher(self.pool, self._inflight_contexts)
+        self.progress = ProgressFlusher(config.progress, run, self._inflight_contexts)
         self.handed_back = 0
-        self._services: list[asyncio.Task] = []
+        self._run = run
 
     def request_stop(self) -> None:
         if not self.stopping.is_set():
             log.info("worker %s stopping", self.config.runtime_id)
             self.stopping.set()
 
-    def _inflight_contexts(self):
+    def _inflight_contexts(self) -> Iterator[tuple[ClaimedJob, JobContext]]:
         for dispatcher in self.dispatchers:
             for job, ctx, _ in list(dispatcher.inflight.values()):
                 yield job, ctx
@@ -109,19 +117,17 @@ class Worker:
         for signum in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(signum, self.request_stop)
+        for problem in unimplemented_settings(self.config.settings):
+            log.warning("%s", problem)
         await self.pool.open(wait=True)
+        services: list[Service] = [self.notifier, self.heartbeat, self.progress]
+        if self.maintenance is not None:
+            services.append(self.maintenance)
         try:
             await self.heartbeat.register(self.config.queue_names, os.getpid())
             await self.completer.start()
-            self._services = [
-                asyncio.create_task(self.notifier.run(), name="awa-notifier"),
-                asyncio.create_task(self.heartbeat.run(), name="awa-heartbeat"),
-                asyncio.create_task(self.progress.run(), name="awa-progress"),
-            ]
-            if self.maintenance is not None:
-                self._services.append(
-                    asyncio.create_task(self.maintenance.run(), name="awa-maintenance")
-                )
+            for service in services:
+                await service.start()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.notifier.listening.wait(), timeout=5)
             dispatching = [
@@ -141,9 +147,9 @@ class Worker:
             await self._drain_inflight()
             await self.completer.stop()
         finally:
-            for task in self._services:
-                task.cancel()
-            await asyncio.gather(*self._services, return_exceptions=True)
+            for service in reversed(services):
+                with contextlib.suppress(Exception):
+                    await service.stop()
             with contextlib.suppress(Exception):
                 await self.heartbeat.unregister()
             await self.pool.close()
@@ -168,8 +174,7 @@ class Worker:
             if self.inflight or not all(d.last_claim_empty for d in self.dispatchers):
                 continue
             await self.promoter.run_once()
-            async with self.pool.connection() as conn:
-                busy = await queues_have_work(conn, self.config.queue_names)
+            busy = await self._run(queues_have_work(self.config.queue_names))
             if not busy and not self.inflight:
                 self.request_stop()
 

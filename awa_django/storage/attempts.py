@@ -1,99 +1,24 @@
 """Claiming ready jobs and closing attempts (the worker hot path).
 
-These functions take a psycopg ``AsyncConnection`` in autocommit mode: each
-call is one statement and one short transaction.  See ``v002_runtime.sql``
-for the run_lease guard that makes :func:`close_attempts` safe against
-stale writers.
+Each function is a storage operation (see :mod:`.base`): the worker runs
+them on its async connections in autocommit mode, one statement and one
+short transaction each; tests and operator code run the same definitions
+through the sync runner.  See ``v002_runtime.sql`` for the run_lease guard
+that makes :func:`close_attempts` safe against stale writers.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
-import psycopg
-
-from ..sql import query
-
-# Where a closed attempt goes next.
-COMPLETED = "completed"
-FAILED = "failed"
-CANCELLED = "cancelled"
-RETRYABLE = "retryable"
-SCHEDULED = "scheduled"
-DLQ = "dlq"
-TARGETS = frozenset({COMPLETED, FAILED, CANCELLED, RETRYABLE, SCHEDULED, DLQ})
+from ..records import COMPLETED, ClaimedJob, Closure
+from .base import Execute, Row, Steps, int_array, operation, single
 
 
-@dataclass(slots=True)
-class ClaimedJob:
-    """One attempt handed to this runtime by a claim."""
-
-    job_id: int
-    run_lease: int
-    kind: str
-    queue: str
-    priority: int
-    effective_priority: int
-    attempt: int
-    max_attempts: int
-    args: list[Any]
-    kwargs: dict[str, Any]
-    metadata: dict[str, Any]
-    tags: list[str]
-    errors: list[dict[str, Any]]
-    progress: dict[str, Any] | None
-    claim_slot: int
-    batch_id: int
-    item: int
-    deadline_at: dt.datetime | None
-
-
-@dataclass(slots=True)
-class Closure:
-    """How one attempt ends; built by the executor, written by the completer.
-
-    ``target`` is one of :data:`TARGETS`; ``outcome`` is the closure label
-    kept as evidence (``completed``, ``retryable``, ``snoozed``,
-    ``handed_back``, ...).  ``attempt`` is the attempt count stored on a
-    deferred row; ``errors`` the full error history (None keeps the stored
-    one); ``result`` the JSON text of a return value; ``progress`` the
-    attempt's last progress as JSON text (None keeps what was recorded;
-    a completion clears it).
-    """
-
-    job_id: int
-    run_lease: int
-    claim_slot: int
-    batch_id: int
-    item: int
-    target: str
-    outcome: str
-    run_at: dt.datetime | None = None
-    attempt: int = 0
-    errors: str | None = None
-    result: str | None = None
-    reason: str | None = None
-    progress: str | None = None
-
-
-async def claim(
-    conn: psycopg.AsyncConnection,
-    queue: str,
-    limit: int,
-    runtime_id: uuid.UUID,
-    deadline: float,
-    aging_interval: float,
-) -> list[ClaimedJob]:
-    """Claim up to ``limit`` ready jobs of ``queue`` for ``runtime_id``."""
-    cursor = await conn.execute(
-        query("runtime", "claim_ready"), [queue, limit, runtime_id, deadline, aging_interval]
-    )
-    rows = await cursor.fetchall()
+def decode_claimed(rows: list[Row], queue: str) -> list[ClaimedJob]:
+    """Rows of ``claim_ready`` as :class:`ClaimedJob` (JSON columns arrive as text)."""
     loads = json.loads
     # Positional construction and literal fast paths: this runs once per job.
     return [
@@ -139,9 +64,38 @@ async def claim(
     ]
 
 
-async def close_attempts(
-    conn: psycopg.AsyncConnection, closures: Sequence[Closure]
-) -> set[tuple[int, int]]:
+@operation
+def claim(
+    queue: str, limit: int, runtime_id: uuid.UUID, deadline: float, aging_interval: float
+) -> Steps[list[ClaimedJob]]:
+    """Claim up to ``limit`` ready jobs of ``queue`` for ``runtime_id``.
+
+    ``deadline`` (seconds, 0 = none) bounds each attempt; ``aging_interval``
+    (seconds, 0 = off) lifts a waiting lane one priority level per interval.
+    """
+    rows = yield Execute.named(
+        "runtime", "claim_ready", [queue, limit, runtime_id, deadline, aging_interval]
+    )
+    return decode_claimed(rows, queue)
+
+
+def attempt_keys(jobs: Sequence[ClaimedJob] | Sequence[Closure]) -> list[str]:
+    """The five parallel arrays that name attempts in SQL."""
+    return [
+        int_array([job.claim_slot for job in jobs]),
+        int_array([job.batch_id for job in jobs]),
+        int_array([job.item for job in jobs]),
+        int_array([job.job_id for job in jobs]),
+        int_array([job.run_lease for job in jobs]),
+    ]
+
+
+def _attempts(rows: list[Row]) -> set[tuple[int, int]]:
+    return {(job_id, run_lease) for job_id, run_lease in rows}
+
+
+@operation
+def close_attempts(closures: Sequence[Closure]) -> Steps[set[tuple[int, int]]]:
     """Apply closures in one statement; returns the (job_id, run_lease) that won.
 
     A closure missing from the result was stale: its attempt had already been
@@ -150,15 +104,16 @@ async def close_attempts(
     if not closures:
         return set()
 
-    def column(name: str, default: object = None) -> list | None:
+    def column(name: str, default: object = None) -> list[object] | None:
         # A column that holds only its default travels as NULL: the SQL side
         # reads a NULL array as "every item has the default" (fewer bytes to
         # encode and send for the common all-completed batch).
         values = [getattr(c, name) for c in closures]
         return None if all(v == default for v in values) else values
 
-    cursor = await conn.execute(
-        query("runtime", "close_attempts"),
+    rows = yield Execute.named(
+        "runtime",
+        "close_attempts",
         [
             *attempt_keys(closures),
             column("target", COMPLETED),
@@ -171,55 +126,44 @@ async def close_attempts(
             column("progress"),
         ],
     )
-    return {(job_id, run_lease) for job_id, run_lease in await cursor.fetchall()}
+    return _attempts(rows)
 
 
-async def record_progress(
-    conn: psycopg.AsyncConnection, entries: Sequence[tuple[ClaimedJob, str]]
-) -> set[tuple[int, int]]:
+@operation
+def record_progress(entries: Sequence[tuple[ClaimedJob, str]]) -> Steps[set[tuple[int, int]]]:
     """Write the progress (JSON text) of live attempts; closed ones are skipped."""
     if not entries:
         return set()
-    cursor = await conn.execute(
-        query("runtime", "record_progress"),
+    rows = yield Execute.named(
+        "runtime",
+        "record_progress",
         [*attempt_keys([job for job, _ in entries]), [text for _, text in entries]],
     )
-    return {(job_id, run_lease) for job_id, run_lease in await cursor.fetchall()}
+    return _attempts(rows)
 
 
-async def promote_due(conn: psycopg.AsyncConnection, limit: int) -> int:
-    """Move due deferred jobs into the ready ring; returns how many moved."""
-    cursor = await conn.execute(query("runtime", "promote_due"), [limit])
-    return (await cursor.fetchone())[0]
+@operation
+def closed_attempts(attempts: Sequence[ClaimedJob]) -> Steps[set[tuple[int, int]]]:
+    """Which of these attempts were closed by someone (rescue, cancel, ...)."""
+    if not attempts:
+        return set()
+    rows = yield Execute.named("maintenance", "closed_attempts", attempt_keys(attempts))
+    return _attempts(rows)
 
 
-async def promote_all_due(conn: psycopg.AsyncConnection, batch_size: int) -> int:
-    """Promote everything due now, ``batch_size`` rows per statement."""
+@operation
+def promote_due(batch_size: int) -> Steps[int]:
+    """Move everything due in ``deferred_jobs`` into the ready ring, ``batch_size``
+    rows per statement (each its own transaction in autocommit); returns how many."""
     moved = 0
     while True:
-        count = await promote_due(conn, batch_size)
+        count = int(single((yield Execute.named("runtime", "promote_due", [batch_size]))))
         moved += count
         if count < batch_size:
             return moved
 
 
-async def queues_have_work(conn: psycopg.AsyncConnection, queues: Sequence[str]) -> bool:
-    cursor = await conn.execute(query("runtime", "queues_have_work"), [list(queues)])
-    return bool((await cursor.fetchone())[0])
-
-
-def int_array(values: Sequence[int]) -> str:
-    """An integer array literal (the SQL casts it).  Much cheaper than having
-    the driver adapt every element of a 512-item list one by one."""
-    return "{" + ",".join(map(str, values)) + "}"
-
-
-def attempt_keys(jobs: Sequence[ClaimedJob] | Sequence[Closure]) -> list[str]:
-    """The five parallel arrays that name attempts in SQL."""
-    return [
-        int_array([job.claim_slot for job in jobs]),
-        int_array([job.batch_id for job in jobs]),
-        int_array([job.item for job in jobs]),
-        int_array([job.job_id for job in jobs]),
-        int_array([job.run_lease for job in jobs]),
-    ]
+@operation
+def queues_have_work(queues: Sequence[str]) -> Steps[bool]:
+    """True while any of ``queues`` has available, running or due work."""
+    return bool(single((yield Execute.named("runtime", "queues_have_work", [list(queues)]))))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -28,7 +30,7 @@ def django_connection(database: str | None = None) -> BaseDatabaseWrapper:
     return connection
 
 
-def psycopg_params(database: str | None = None) -> dict:
+def psycopg_params(database: str | None = None) -> dict[str, Any]:
     """Keyword arguments for ``psycopg.connect`` matching Django's settings.
 
     The worker runtime and LISTEN need connections of their own; they use the

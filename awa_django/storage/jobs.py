@@ -1,4 +1,4 @@
-"""Reading jobs through the ``awa.jobs`` view."""
+"""Reading jobs through the ``awa.jobs`` view (JSON columns arrive as text)."""
 
 from __future__ import annotations
 
@@ -6,15 +6,15 @@ import json
 from typing import Any
 
 from ..records import JOB_STATES, JobInfo
-from ..sql import query
-from .connection import django_connection
+from .base import Execute, Row, Steps, operation
 
 
 def _decode(text: str | None, default: Any = None) -> Any:
     return default if text is None else json.loads(text)
 
 
-def _job_info(row: tuple) -> JobInfo:
+def job_info(row: Row) -> JobInfo:
+    """One row of the ``get_job`` / ``list_jobs`` statements as a :class:`JobInfo`."""
     (
         job_id,
         kind,
@@ -59,33 +59,39 @@ def _job_info(row: tuple) -> JobInfo:
     )
 
 
-def get_job(job_id: int, database: str | None = None) -> JobInfo | None:
-    with django_connection(database).cursor() as cursor:
-        cursor.execute(query("jobs", "get_job"), [job_id])
-        row = cursor.fetchone()
-    return None if row is None else _job_info(row)
+@operation
+def get_job(job_id: int) -> Steps[JobInfo | None]:
+    rows = yield Execute.named("jobs", "get_job", [job_id])
+    return job_info(rows[0]) if rows else None
 
 
+@operation
 def list_jobs(
     *,
-    queue: str | None,
-    state: str | None,
-    kind: str | None,
-    limit: int,
-    database: str | None = None,
-) -> list[JobInfo]:
-    with django_connection(database).cursor() as cursor:
-        cursor.execute(
-            query("jobs", "list_jobs"),
-            {"queue": queue, "state": state, "kind": kind, "limit": limit},
-        )
-        return [_job_info(row) for row in cursor.fetchall()]
+    queue: str | None = None,
+    state: str | None = None,
+    kind: str | None = None,
+    limit: int = 100,
+) -> Steps[list[JobInfo]]:
+    """Jobs matching every given filter, oldest id first."""
+    rows = yield Execute.named(
+        "jobs", "list_jobs", {"queue": queue, "state": state, "kind": kind, "limit": limit}
+    )
+    return [job_info(row) for row in rows]
 
 
-def queue_counts(queue: str, database: str | None = None) -> dict[str, int]:
+@operation
+def job_states(queue: str) -> Steps[list[tuple[int, str]]]:
+    """(id, state) of every job of ``queue`` the read view shows, by id."""
+    rows = yield Execute.named("jobs", "job_states", {"queue": queue})
+    return [(job_id, state) for job_id, state in rows]
+
+
+@operation
+def queue_counts(queue: str) -> Steps[dict[str, int]]:
+    """Jobs of ``queue`` per state (live rows plus the rollups of pruned ones)."""
     counts = dict.fromkeys(JOB_STATES, 0)
-    with django_connection(database).cursor() as cursor:
-        cursor.execute(query("jobs", "queue_counts"), {"queue": queue})
-        for state, count in cursor.fetchall():
-            counts[state] = count
+    rows = yield Execute.named("jobs", "queue_counts", {"queue": queue})
+    for state, count in rows:
+        counts[state] = count
     return counts

@@ -1,56 +1,76 @@
-"""Maintenance statements: ring rotate/prune, rescue, cleanup, leadership.
+"""Maintenance operations: leadership, ring rotate/prune, rescue, cleanup.
 
-All functions take a psycopg connection (sync or async flavours where the
-runtime and the operator commands need them).  The design of the ring gates
-lives in ``v003_maintenance.sql``.
+The maintenance leader runs them on its own async connections; tests and
+``awa_storage`` run the same definitions through the sync runner.  The
+design of the ring gates lives in ``v003_maintenance.sql``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-import psycopg
-
-from ..sql import query
-from .attempts import ClaimedJob, attempt_keys
+from .base import Execute, Steps, operation, single
 
 # 'AWA_MAIN' as a 64-bit advisory lock key: the one maintenance leader.
 LEADER_LOCK_KEY = 0x4157415F4D41494E
 RINGS = ("queue", "claim", "lease")
 ROTATE_OUTCOMES = ("rotated", "skipped_idle", "skipped_busy")
 PRUNE_OUTCOMES = ("pruned", "already_pruned", "skipped_busy", "blocked")
+# A prune waits this long for its ACCESS EXCLUSIVE lock, then gives up until
+# the next tick ("blocked"): claims and closes queue behind a waiting lock.
+PRUNE_LOCK_TIMEOUT_MS = 10
 
 
-async def _scalar(conn: psycopg.AsyncConnection, name: str, params: Sequence) -> object:
-    cursor = await conn.execute(query("maintenance", name), params)
-    return (await cursor.fetchone())[0]
+def _scalar(name: str, params: Sequence[Any] = ()) -> Steps[Any]:
+    return single((yield Execute.named("maintenance", name, params)))
 
 
-async def try_lead(conn: psycopg.AsyncConnection) -> bool:
-    """Try to become the maintenance leader on this (dedicated) session."""
-    return bool(await _scalar(conn, "try_lead", [LEADER_LOCK_KEY]))
+@operation
+def try_lead() -> Steps[bool]:
+    """Take the session-scoped leader lock if it is free (run on a dedicated session)."""
+    return bool((yield from _scalar("try_lead", [LEADER_LOCK_KEY])))
 
 
-async def release_lead(conn: psycopg.AsyncConnection) -> None:
-    await _scalar(conn, "release_lead", [LEADER_LOCK_KEY])
+@operation
+def holds_lead() -> Steps[bool]:
+    """True while this session holds the leader lock (a leader's liveness check)."""
+    return bool((yield from _scalar("holds_lead", [LEADER_LOCK_KEY])))
 
 
-async def ensure_ring_partitions(conn: psycopg.AsyncConnection, ring: str, slots: int) -> None:
-    await _scalar(conn, "ensure_ring_partitions", [ring, slots])
+@operation
+def release_lead() -> Steps[None]:
+    yield from _scalar("release_lead", [LEADER_LOCK_KEY])
 
 
-async def rotate(conn: psycopg.AsyncConnection, ring: str) -> str:
-    return str(await _scalar(conn, "rotate_ring", [ring]))
+@operation
+def leader() -> Steps[tuple[str, int, Any] | None]:
+    """(application_name, pid, backend_start) of the leader's session, or None."""
+    rows = yield Execute.named("maintenance", "leader", [LEADER_LOCK_KEY])
+    return rows[0] if rows else None
 
 
-async def prune(
-    conn: psycopg.AsyncConnection, ring: str, lock_timeout_ms: int, failed_retention: float
-) -> str:
-    return str(await _scalar(conn, "prune_ring", [ring, lock_timeout_ms, failed_retention]))
+@operation
+def ensure_ring_partitions(ring: str, slots: int) -> Steps[None]:
+    yield from _scalar("ensure_ring_partitions", [ring, slots])
 
 
-async def rescue(
-    conn: psycopg.AsyncConnection,
+@operation
+def rotate(ring: str) -> Steps[str]:
+    """Seal the ring's current slot and open the next; one of ROTATE_OUTCOMES."""
+    return str((yield from _scalar("rotate_ring", [ring])))
+
+
+@operation
+def prune(
+    ring: str, failed_retention: float, lock_timeout_ms: int = PRUNE_LOCK_TIMEOUT_MS
+) -> Steps[str]:
+    """Truncate the ring's oldest sealed slot if its gates allow; one of PRUNE_OUTCOMES."""
+    return str((yield from _scalar("prune_ring", [ring, lock_timeout_ms, failed_retention])))
+
+
+@operation
+def rescue(
     reason: str,
     *,
     staleness: float,
@@ -58,28 +78,13 @@ async def rescue(
     dlq_on: Sequence[str],
     dlq_off: Sequence[str],
     limit: int,
-) -> int:
-    """Close abandoned attempts ('stale_heartbeat' or 'deadline_expired')."""
-    return int(
-        await _scalar(
-            conn,
-            "rescue_attempts",
-            [reason, staleness, dlq_default, list(dlq_on), list(dlq_off), limit],
-        )
-    )
+) -> Steps[int]:
+    """Close up to ``limit`` abandoned attempts ('stale_heartbeat' or 'deadline_expired')."""
+    params = [reason, staleness, dlq_default, list(dlq_on), list(dlq_off), limit]
+    return int((yield from _scalar("rescue_attempts", params)))
 
 
-async def closed_attempts(
-    conn: psycopg.AsyncConnection, attempts: Sequence[ClaimedJob]
-) -> set[tuple[int, int]]:
-    """Which of these attempts were closed by someone (rescue, cancel, ...)."""
-    if not attempts:
-        return set()
-    cursor = await conn.execute(query("maintenance", "closed_attempts"), attempt_keys(attempts))
-    return {(job_id, run_lease) for job_id, run_lease in await cursor.fetchall()}
-
-
-async def cleanup(
-    conn: psycopg.AsyncConnection, runtime_retention: float, dlq_retention: float, limit: int
-) -> int:
-    return int(await _scalar(conn, "cleanup", [runtime_retention, dlq_retention, limit]))
+@operation
+def cleanup(runtime_retention: float, dlq_retention: float, limit: int) -> Steps[int]:
+    """Delete stale runtime rows, expired DLQ rows and old ledger rows; returns how many."""
+    return int((yield from _scalar("cleanup", [runtime_retention, dlq_retention, limit])))

@@ -5,26 +5,20 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-import psycopg
-
-from ..sql import query
+from .base import Execute, Steps, operation
 
 
-async def register(
-    conn: psycopg.AsyncConnection,
-    runtime_id: uuid.UUID,
-    hostname: str,
-    pid: int,
-    queues: Sequence[str],
-) -> None:
-    await conn.execute(
-        query("runtime", "register_runtime"), [runtime_id, hostname, pid, list(queues)]
-    )
+@operation
+def register(runtime_id: uuid.UUID, hostname: str, pid: int, queues: Sequence[str]) -> Steps[None]:
+    yield Execute.named("runtime", "register_runtime", [runtime_id, hostname, pid, list(queues)])
 
 
-async def heartbeat(conn: psycopg.AsyncConnection, runtime_id: uuid.UUID) -> None:
-    await conn.execute(query("runtime", "heartbeat_runtime"), [runtime_id])
+@operation
+def heartbeat(runtime_id: uuid.UUID) -> Steps[None]:
+    """Refresh the heartbeat that keeps every receipt of this runtime alive."""
+    yield Execute.named("runtime", "heartbeat_runtime", [runtime_id])
 
 
-async def unregister(conn: psycopg.AsyncConnection, runtime_id: uuid.UUID) -> None:
-    await conn.execute(query("runtime", "unregister_runtime"), [runtime_id])
+@operation
+def unregister(runtime_id: uuid.UUID) -> Steps[None]:
+    yield Execute.named("runtime", "unregister_runtime", [runtime_id])

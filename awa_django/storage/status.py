@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
-from ..sql import query
-from .connection import django_connection
+from .base import Execute, Row, Steps, operation, single
 from .maintenance import LEADER_LOCK_KEY, RINGS
 
 HOT_TABLES = (
@@ -38,15 +38,11 @@ RING_TABLES = {
 _CHILD = re.compile(r"^(?P<base>[a-z_]+)_(?P<slot>\d+)$")
 
 
-def _rows(cursor, name: str, params=()) -> list[tuple]:
-    cursor.execute(query("maintenance", name), params)
-    return cursor.fetchall()
+def _named(name: str, params: Sequence[Any] = ()) -> Execute:
+    return Execute.named("maintenance", name, params)
 
 
-def table_stats(database: str | None = None) -> dict[str, dict[str, int]]:
-    """Per awa table: live/dead tuples, inserts/updates/deletes, bytes."""
-    with django_connection(database).cursor() as cursor:
-        rows = _rows(cursor, "table_stats")
+def _table_stats(rows: list[Row]) -> dict[str, dict[str, int]]:
     return {
         name: {
             "live": live,
@@ -60,6 +56,12 @@ def table_stats(database: str | None = None) -> dict[str, dict[str, int]]:
     }
 
 
+@operation
+def table_stats() -> Steps[dict[str, dict[str, int]]]:
+    """Per awa table: live/dead tuples, inserts/updates/deletes, bytes."""
+    return _table_stats((yield _named("table_stats")))
+
+
 def hot_table_totals(stats: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
     """Sum the child partitions of each hot table."""
     totals: dict[str, dict[str, int]] = {base: defaultdict(int) for base in HOT_TABLES}
@@ -71,27 +73,28 @@ def hot_table_totals(stats: dict[str, dict[str, int]]) -> dict[str, dict[str, in
     return {base: dict(values) for base, values in totals.items()}
 
 
-def schema_size(database: str | None = None) -> int:
-    with django_connection(database).cursor() as cursor:
-        return _rows(cursor, "schema_size")[0][0]
+@operation
+def schema_size() -> Steps[int]:
+    """Bytes of every table and index in schema ``awa``."""
+    return int(single((yield _named("schema_size"))))
 
 
-def storage_status(database: str | None = None) -> dict[str, Any]:
-    stats = table_stats(database)
-    with django_connection(database).cursor() as cursor:
-        cursors = _rows(cursor, "ring_cursors")
-        outcomes = _rows(cursor, "ring_status")
-        leader = _rows(cursor, "leader", [LEADER_LOCK_KEY])
-        deferred, due, receipts, runtimes, dlq = _rows(cursor, "backlog")[0]
-        size = _rows(cursor, "schema_size")[0][0]
+@operation
+def storage_status() -> Steps[dict[str, Any]]:
+    """Everything ``awa_storage status`` shows, as one JSON-able dict."""
+    stats = _table_stats((yield _named("table_stats")))
+    cursors = yield _named("ring_cursors")
+    outcomes = yield _named("ring_status")
+    leader = yield _named("leader", [LEADER_LOCK_KEY])
+    deferred, due, receipts, runtimes, dlq = (yield _named("backlog"))[0]
+    size = single((yield _named("schema_size")))
 
     rings: dict[str, Any] = {}
     for ring, slot, generation, rotated_at, slot_count in cursors:
-        occupancy = []
-        for index in range(slot_count):
-            occupancy.append(
-                sum(stats.get(f"{table}_{index}", {}).get("live", 0) for table in RING_TABLES[ring])
-            )
+        occupancy = [
+            sum(stats.get(f"{table}_{index}", {}).get("live", 0) for table in RING_TABLES[ring])
+            for index in range(slot_count)
+        ]
         rings[ring] = {
             "slot": slot,
             "generation": generation,
@@ -130,12 +133,13 @@ def storage_status(database: str | None = None) -> dict[str, Any]:
     }
 
 
-def pg_counters(database: str | None = None) -> tuple[str, int]:
+@operation
+def pg_counters() -> Steps[tuple[str, int]]:
     """(current WAL position, committed transactions of this database)."""
-    with django_connection(database).cursor() as cursor:
-        return _rows(cursor, "pg_counters")[0]
+    wal, commits = (yield _named("pg_counters"))[0]
+    return wal, commits
 
 
-def wal_bytes_between(start: str, end: str, database: str | None = None) -> int:
-    with django_connection(database).cursor() as cursor:
-        return _rows(cursor, "wal_bytes_between", [end, start])[0][0]
+@operation
+def wal_bytes_between(start: str, end: str) -> Steps[int]:
+    return int(single((yield _named("wal_bytes_between", [end, start]))))

@@ -11,15 +11,20 @@ changes nothing.  The operation only touches the alias named by
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.exceptions import ImproperlyConfigured
 from django.db import migrations
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
+from django.db.migrations.state import ProjectState
 
 from ..conf import awa_settings
-from ..sql import query, schema_file
-from .connection import django_connection
+from ..sql import schema_file
+from .base import Execute, Steps, operation, single
 
 # The substrate version this code needs (the last vNNN file).
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 class RunAwaSQL(migrations.RunSQL):
@@ -30,7 +35,7 @@ class RunAwaSQL(migrations.RunSQL):
         self.reverse = reverse
         super().__init__(sql=forward, reverse_sql=reverse if reverse else None, elidable=False)
 
-    def deconstruct(self):
+    def deconstruct(self) -> tuple[str, list[Any], dict[str, Any]]:
         kwargs = {"forward": self.forward}
         if self.reverse:
             kwargs["reverse"] = self.reverse
@@ -39,7 +44,7 @@ class RunAwaSQL(migrations.RunSQL):
     def describe(self) -> str:
         return f"Run awa substrate SQL {self.forward}"
 
-    def _applies(self, connection) -> bool:
+    def _applies(self, connection: BaseDatabaseWrapper) -> bool:
         if connection.alias != awa_settings().database:
             return False
         if connection.vendor != "postgresql":
@@ -48,28 +53,32 @@ class RunAwaSQL(migrations.RunSQL):
             )
         return True
 
-    def database_forwards(self, app_label, schema_editor, from_state, to_state) -> None:
+    def database_forwards(
+        self,
+        app_label: str,
+        schema_editor: BaseDatabaseSchemaEditor,
+        from_state: ProjectState,
+        to_state: ProjectState,
+    ) -> None:
         if self._applies(schema_editor.connection):
             schema_editor.execute(schema_file(self.forward), params=None)
 
-    def database_backwards(self, app_label, schema_editor, from_state, to_state) -> None:
+    def database_backwards(
+        self,
+        app_label: str,
+        schema_editor: BaseDatabaseSchemaEditor,
+        from_state: ProjectState,
+        to_state: ProjectState,
+    ) -> None:
         if self.reverse is None:
             raise NotImplementedError(f"{self.forward} cannot be reversed")
         if self._applies(schema_editor.connection):
             schema_editor.execute(schema_file(self.reverse), params=None)
 
 
-def installed_version(database: str | None = None) -> int | None:
+@operation
+def installed_version() -> Steps[int | None]:
     """Installed substrate version, or None when the awa schema is absent."""
-    with django_connection(database).cursor() as cursor:
-        cursor.execute(query("substrate", "substrate_installed"))
-        if not cursor.fetchone()[0]:
-            return None
-        cursor.execute(query("substrate", "schema_version"))
-        return cursor.fetchone()[0]
-
-
-def reset_data(database: str | None = None) -> None:
-    """Discard every job and restore empty rings (tests and demos only)."""
-    with django_connection(database).cursor() as cursor:
-        cursor.execute(query("substrate", "reset_data"))
+    if not single((yield Execute.named("substrate", "substrate_installed"))):
+        return None
+    return int(single((yield Execute.named("substrate", "schema_version"))))

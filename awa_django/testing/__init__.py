@@ -14,11 +14,12 @@ from typing import Any
 from ..jobs import Job
 from ..records import JobInfo
 from ..storage import jobs as job_store
+from ..storage.base import run
 
 _ENQUEUED_STATES = ("available", "scheduled")
 
 
-def _kind_of(job_or_kind: Job | str | None) -> str | None:
+def _kind_of(job_or_kind: Job[..., Any] | str | None) -> str | None:
     if job_or_kind is None or isinstance(job_or_kind, str):
         return job_or_kind
     if isinstance(job_or_kind, Job):
@@ -27,7 +28,7 @@ def _kind_of(job_or_kind: Job | str | None) -> str | None:
 
 
 def enqueued_jobs(
-    job_or_kind: Job | str | None = None,
+    job_or_kind: Job[..., Any] | str | None = None,
     args: list[Any] | tuple[Any, ...] | None = None,
     kwargs: dict[str, Any] | None = None,
     queue: str | None = None,
@@ -39,8 +40,9 @@ def enqueued_jobs(
     found: list[JobInfo] = []
     for state in _ENQUEUED_STATES:
         found.extend(
-            job_store.list_jobs(
-                queue=queue, state=state, kind=kind, limit=1_000_000, database=database
+            run(
+                job_store.list_jobs(queue=queue, state=state, kind=kind, limit=1_000_000),
+                database,
             )
         )
     return sorted(
@@ -55,10 +57,10 @@ def enqueued_jobs(
 
 
 def assert_enqueued(
-    job_or_kind: Job | str | None = None,
-    args=None,
-    kwargs=None,
-    queue=None,
+    job_or_kind: Job[..., Any] | str | None = None,
+    args: list[Any] | tuple[Any, ...] | None = None,
+    kwargs: dict[str, Any] | None = None,
+    queue: str | None = None,
     *,
     database: str | None = None,
 ) -> list[JobInfo]:
@@ -73,10 +75,10 @@ def assert_enqueued(
 
 
 def refute_enqueued(
-    job_or_kind: Job | str | None = None,
-    args=None,
-    kwargs=None,
-    queue=None,
+    job_or_kind: Job[..., Any] | str | None = None,
+    args: list[Any] | tuple[Any, ...] | None = None,
+    kwargs: dict[str, Any] | None = None,
+    queue: str | None = None,
     *,
     database: str | None = None,
 ) -> None:

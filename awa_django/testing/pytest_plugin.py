@@ -12,11 +12,13 @@ from . import assert_enqueued, enqueued_jobs, refute_enqueued
 
 
 class AwaTestHelper:
+    """The helpers of :mod:`awa_django.testing` as attributes of one object."""
+
     enqueued_jobs = staticmethod(enqueued_jobs)
     assert_enqueued = staticmethod(assert_enqueued)
     refute_enqueued = staticmethod(refute_enqueued)
 
 
 @pytest.fixture
-def awa(db) -> AwaTestHelper:
+def awa(db: None) -> AwaTestHelper:
     return AwaTestHelper()

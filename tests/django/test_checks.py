@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import io
 import uuid
+from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -11,7 +15,18 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
-from awa_django.conf import AwaSettings, QueueConfig, RateLimit, awa_settings, parse_settings
+from awa_django import conf
+from awa_django.checks import check_settings
+from awa_django.conf import (
+    NOT_IMPLEMENTED,
+    NOT_IMPLEMENTED_QUEUE_OPTIONS,
+    AwaSettings,
+    QueueConfig,
+    RateLimit,
+    awa_settings,
+    parse_settings,
+    unimplemented_settings,
+)
 from awa_django.storage.connection import conninfo
 from tests.conftest import database_url, manage
 
@@ -100,23 +115,126 @@ def test_check_requires_a_postgresql_database():
     assert "awa_django.E002" in str(exc.value)
 
 
-def test_check_with_database_reports_a_missing_substrate(db):
+# A valid value other than the default for each key the registry may hold.
+NON_DEFAULT: dict[str, Any] = {
+    "GLOBAL_MAX_WORKERS": 100,
+    "QUEUE_STRIPE_COUNT": 4,
+    "CALLBACK_HMAC_SECRET": "s3cret",
+    "CALLBACK_RESCUE_INTERVAL": dt.timedelta(seconds=5),
+    "ADMIN_READ_ONLY": True,
+    "DESCRIPTOR_RETENTION": 3600,
+    "TERMINAL_COUNT_ROLLUP_INTERVAL": 5,
+    "BATCH_OP_RETENTION_DAYS": 7,
+    "claimers": 2,
+    "weight": 3,
+    "min_workers": 1,
+}
+
+
+def test_the_unimplemented_registry_names_accepted_settings():
+    assert NOT_IMPLEMENTED.keys() <= conf._TOP_KEYS.keys()
+    assert NOT_IMPLEMENTED_QUEUE_OPTIONS.keys() <= conf._QUEUE_KEYS.keys()
+
+
+def _warnings(raw: dict[str, Any]) -> list[str]:
+    with override_settings(AWA=raw):
+        messages = check_settings()
+    assert all(m.id == "awa_django.W001" and not m.is_serious() for m in messages), messages
+    return [m.msg for m in messages]
+
+
+@pytest.mark.parametrize("key", sorted(NOT_IMPLEMENTED))
+def test_an_unimplemented_setting_warns_naming_the_key(key):
+    reason = NOT_IMPLEMENTED[key]
+    found = _warnings({key: NON_DEFAULT[key]})
+    assert found == [f"AWA[{key}]: is accepted but has no effect yet in this version ({reason})"]
+
+
+@pytest.mark.parametrize("option", sorted(NOT_IMPLEMENTED_QUEUE_OPTIONS))
+def test_an_unimplemented_queue_option_warns_naming_the_key(option):
+    found = _warnings({"QUEUES": {"email": {"max_workers": 5, option: NON_DEFAULT[option]}}})
+    assert len(found) == 1
+    assert found[0].startswith(f"AWA[QUEUES]['email'][{option!r}]: is accepted but has no effect")
+
+
+def test_unimplemented_settings_at_their_defaults_do_not_warn():
+    defaults, queue = AwaSettings(), QueueConfig("email")
+    raw: dict[str, Any] = {key: getattr(defaults, key.lower()) for key in NOT_IMPLEMENTED}
+    raw["QUEUES"] = {"email": {opt: getattr(queue, opt) for opt in NOT_IMPLEMENTED_QUEUE_OPTIONS}}
+    parsed, found = parse_settings(raw)
+    assert found == []
+    assert unimplemented_settings(parsed) == []
+    assert _warnings(raw) == []
+
+
+def test_manage_py_check_shows_w001_without_failing():
+    stderr = io.StringIO()
+    with override_settings(AWA={"GLOBAL_MAX_WORKERS": 8, "QUEUES": {"email": {"weight": 2}}}):
+        call_command("check", stderr=stderr)
+    assert "awa_django.W001" in stderr.getvalue()
+    assert "GLOBAL_MAX_WORKERS" in stderr.getvalue() and "['weight']" in stderr.getvalue()
+    with override_settings(AWA={"GLOBAL_MAX_WORKERS": 8}), pytest.raises(SystemCheckError):
+        call_command("check", fail_level="WARNING")
+
+
+def test_the_test_project_settings_do_not_warn():
+    stderr = io.StringIO()
+    call_command("check", stderr=stderr)
+    assert "awa_django" not in stderr.getvalue()
+
+
+@contextlib.contextmanager
+def throwaway_database() -> Iterator[str]:
+    """A new empty database; yields its URL for manage.py subprocesses."""
     name = f"test_awa_empty_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(conninfo(), autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
     try:
-        url = database_url().replace(f"/{_current_name()}", f"/{name}", 1)
-        result = manage("check", "--database", "default", database_url_override=url)
-        assert result.returncode != 0
-        assert "awa_django.E003" in result.stderr and "not installed" in result.stderr
-
-        migrated = manage("migrate", "--verbosity", "0", database_url_override=url)
-        assert migrated.returncode == 0, migrated.stderr
-        result = manage("check", "--database", "default", database_url_override=url)
-        assert result.returncode == 0, result.stderr
+        yield database_url().replace(f"/{_current_name()}", f"/{name}", 1)
     finally:
         with psycopg.connect(conninfo(), autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_an_unmigrated_database_warns_without_blocking_migrate(db):
+    with throwaway_database() as url:
+        result = manage("check", "--database", "default", database_url_override=url)
+        assert result.returncode == 0, result.stderr
+        assert "awa_django.W002" in result.stderr and "not installed" in result.stderr
+        assert "migrate awa_django --database default" in result.stderr
+        strict = ("check", "--database", "default", "--fail-level", "WARNING")
+        assert manage(*strict, database_url_override=url).returncode != 0
+
+        migrated = manage("migrate", "--verbosity", "0", database_url_override=url)
+        assert migrated.returncode == 0, migrated.stderr
+        result = manage(*strict, database_url_override=url)
+        assert result.returncode == 0, result.stderr
+        assert "awa_django" not in result.stderr
+
+
+def test_a_substrate_changed_behind_migrations_is_an_error(db):
+    check = ("check", "--database", "default")
+    with throwaway_database() as url:
+        migrated = manage("migrate", "--verbosity", "0", database_url_override=url)
+        assert migrated.returncode == 0, migrated.stderr
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("UPDATE awa.substrate_info SET schema_version = schema_version - 1")
+            result = manage(*check, database_url_override=url)
+            assert result.returncode != 0
+            assert "awa_django.E004" in result.stderr and "recorded as applied" in result.stderr
+            conn.execute("DROP SCHEMA awa CASCADE")
+        result = manage(*check, database_url_override=url)
+        assert result.returncode != 0
+        assert "awa_django.E003" in result.stderr and "recorded as applied" in result.stderr
+
+        # The recipe of the hint repairs it.
+        for args in (("zero", "--fake", "--skip-checks"), ()):
+            step = manage(
+                "migrate", "awa_django", *args, "--verbosity", "0", database_url_override=url
+            )
+            assert step.returncode == 0, step.stderr
+        result = manage(*check, database_url_override=url)
+        assert result.returncode == 0, result.stderr
 
 
 def _current_name() -> str:

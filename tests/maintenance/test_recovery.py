@@ -19,6 +19,7 @@ from testapp.models import Execution
 import awa_django
 from awa_django import ops
 from awa_django.runtime.worker import Worker
+from awa_django.storage import SyncRunner, maintenance
 from awa_django.storage.connection import conninfo
 from tests.conftest import ROOT, database_url, wait_for, worker_config
 
@@ -42,14 +43,9 @@ def _clean(reset_awa):
 
 
 def _leader(conn) -> int | None:
-    row = conn.execute(
-        "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
-        " WHERE l.locktype = 'advisory' AND l.granted"
-        " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-        " AND ((l.classid::bigint << 32) | l.objid::bigint) = %s",
-        [0x4157415F4D41494E],
-    ).fetchone()
-    return int(row[0].split()[1]) if row else None
+    """pid of the process whose election session holds the leader lock."""
+    found = SyncRunner(conn)(maintenance.leader())
+    return int(found[0].split()[1]) if found else None
 
 
 def test_kill_9_mid_batch_rescues_and_completes_every_job(queue, start_worker):
@@ -86,7 +82,7 @@ def test_kill_9_mid_batch_rescues_and_completes_every_job(queue, start_worker):
 def test_deadline_rescue_closes_the_attempt_and_the_handler_is_told(queue):
     ref = jobs.overrun.using(queue=queue, max_attempts=1).enqueue(2.0)
     with override_settings(AWA={**FAST, "QUEUES": {queue: {"deadline": 0.5}}}):
-        worker = Worker(worker_config(queue, burst=True))
+        worker = Worker(worker_config(queue, burst=True, maintenance=True))
         asyncio.run(asyncio.wait_for(worker.run(), 60))
 
     info = ops.get_job(ref.id)
@@ -168,7 +164,9 @@ def _produce_and_drain(queue: str, *, batches: int, per_batch: int) -> int:
     """Run a worker (with maintenance) while a producer keeps enqueueing."""
     from django.db import connections
 
-    worker = Worker(worker_config(queue, burst=False, max_workers=64, claim_batch_size=128))
+    worker = Worker(
+        worker_config(queue, burst=False, maintenance=True, max_workers=64, claim_batch_size=128)
+    )
     total = batches * per_batch
 
     def produce():
@@ -187,7 +185,10 @@ def _produce_and_drain(queue: str, *, batches: int, per_batch: int) -> int:
         deadline = time.monotonic() + 120
         while worker.completed < total and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        await asyncio.sleep(1.0)  # a few more maintenance ticks
+        # Turn the rings a few more times now instead of waiting for ticks.
+        assert worker.maintenance is not None and worker.maintenance.is_leader
+        for _ in range(3):
+            await worker.maintenance.run_once()
         worker.request_stop()
         await running
 
@@ -203,6 +204,6 @@ def test_cleanup_removes_stale_runtimes(queue):
             " VALUES (gen_random_uuid(), 'gone', 1, '{}', now() - interval '1 day'),"
             "        (gen_random_uuid(), 'alive', 2, '{}', now())"
         )
-        conn.execute("SELECT awa.cleanup(interval '1 hour', interval '30 days', 100)")
+        assert SyncRunner(conn)(maintenance.cleanup(3600, 30 * 86400, 100)) >= 1
         hosts = [h for (h,) in conn.execute("SELECT hostname FROM awa.runtime_instances")]
     assert hosts == ["alive"]

@@ -1,14 +1,18 @@
-"""Ring rotation and prune: gates, carry-forward, exact counts."""
+"""Ring rotation and prune: every outcome, the gates, carry-forward, exact counts.
+
+Each rotate and prune outcome has a test that produces it on purpose, so
+coverage of the ring state machine never depends on random exploration.
+"""
 
 from __future__ import annotations
 
 import psycopg
 import pytest
 
-from awa_django import ops
 from awa_django.storage.connection import conninfo
 
 QUEUE_SLOTS = 16
+CLAIM_SLOTS = 8
 
 
 def test_an_idle_ring_stops_rotating(store):
@@ -36,28 +40,27 @@ def test_rotation_is_exclusive_and_the_ledger_only_appends(store):
     assert generations == list(range(len(generations)))
 
 
-def _cycle_until_target(store, slot: int, churn_queue: str):
-    """Rotate until ``slot`` is the next prune target (the slot after current)."""
+def _cycle_until_target(store, ring: str, slot: int, churn_queue: str) -> None:
+    """Rotate until ``slot`` is the ring's next prune target (the slot after current)."""
+    slots = QUEUE_SLOTS if ring == "queue" else CLAIM_SLOTS
 
     def is_target() -> bool:
-        current = store.scalar("SELECT (awa.ring_cursor('queue')).slot")
-        return (current + 1) % QUEUE_SLOTS == slot
+        return (store.cursor_slot(ring) + 1) % slots == slot
 
-    for _ in range(QUEUE_SLOTS * 2):
+    for _ in range(slots * 2):
         if is_target():
             return
         store.churn(churn_queue)
-        store.rotate("queue")
+        store.rotate(ring)
         if is_target():
             return
-        store.prune("queue")
+        store.prune(ring)
     raise AssertionError("never reached the target slot")
 
 
 def test_prune_never_truncates_claimable_rows_or_open_receipts(store):
     [job] = store.enqueue("keep")
-    slot = store.scalar("SELECT ready_slot FROM awa.ready_entries WHERE job_id = %s", [job])
-    _cycle_until_target(store, slot, "churn")
+    _cycle_until_target(store, "queue", store.ready_slot(job), "churn")
 
     assert store.prune("queue") == "skipped_busy"  # available job in the slot
     assert store.states("keep") == {job: "available"}
@@ -71,54 +74,66 @@ def test_prune_never_truncates_claimable_rows_or_open_receipts(store):
     assert store.prune("queue") == "already_pruned"
     # The completed job's history went with the slot; its count did not.
     assert store.states("keep") == {}
-    assert ops.queue_counts("keep")["completed"] == 1
+    assert store.counts("keep")["completed"] == 1
 
 
 def test_claim_ring_prune_needs_closure_for_every_receipt(store):
     store.enqueue("claims", 3)
     attempts = store.claim("claims", 3)
-    claim_slot = attempts[0][2]
     assert store.rotate("claim") == "rotated"
-    # Walk the claim ring until the slot holding the receipts is the target.
-    for _ in range(16):
-        current = store.scalar("SELECT (awa.ring_cursor('claim')).slot")
-        if (current + 1) % 8 == claim_slot:
-            break
-        store.churn("claims-churn")
-        store.rotate("claim")
-        store.prune("claim")
+    _cycle_until_target(store, "claim", attempts[0].claim_slot, "claims-churn")
     assert store.prune("claim") == "skipped_busy"
     store.close(attempts[:2])
     assert store.prune("claim") == "skipped_busy"
     store.close(attempts[2:])
     assert store.prune("claim") == "pruned"
-    assert ops.queue_counts("claims")["completed"] == 3
+    assert store.counts("claims")["completed"] == 3
+
+
+@pytest.mark.parametrize("ring", ["queue", "claim"])
+def test_prune_is_blocked_by_a_lock_it_cannot_get_in_time(store, ring):
+    """A session holding a lock on the target slot makes prune give up ('blocked')."""
+    [job] = store.enqueue("blocker")
+    [attempt] = store.claim("blocker", 1)
+    store.close([attempt])
+    slot = store.ready_slot(job) if ring == "queue" else attempt.claim_slot
+    store.rotate(ring)
+    _cycle_until_target(store, ring, slot, "blocker-churn")
+    table = f"ready_entries_{slot}" if ring == "queue" else f"lease_claim_batches_{slot}"
+    with psycopg.connect(conninfo()) as other:
+        # Any lock conflicts with prune's ACCESS EXCLUSIVE; a reader holds one.
+        other.execute(f"SELECT count(*) FROM awa.{table}")
+        assert store.prune(ring, lock_timeout_ms=20) == "blocked"
+        other.rollback()
+    assert store.prune(ring) == "pruned"
 
 
 @pytest.mark.parametrize("retention", [3600, 0])
 def test_counts_stay_exact_and_failed_rows_survive_inside_retention(store, retention):
     ids = store.enqueue("acct", 10)
-    attempts = sorted(store.claim("acct", 10))
+    attempts = sorted(store.claim("acct", 10), key=lambda job: job.job_id)
     store.close(attempts[:7], "completed")
     store.close(attempts[7:], "failed")
-    slot = store.scalar("SELECT ready_slot FROM awa.ready_entries WHERE job_id = %s", [ids[0]])
-    before = ops.queue_counts("acct")
+    before = store.counts("acct")
     assert (before["completed"], before["failed"]) == (7, 3)
 
-    _cycle_until_target(store, slot, "churn")
+    _cycle_until_target(store, "queue", store.ready_slot(ids[0]), "churn")
     assert store.prune("queue", failed_retention=retention) == "pruned"
 
-    after = ops.queue_counts("acct")
+    after = store.counts("acct")
     assert (after["completed"], after["failed"]) == (7, 3)
-    failed_ids = {a[0] for a in attempts[7:]}
+    failed_ids = {job.job_id for job in attempts[7:]}
     survivors = {job_id for job_id, state in store.states("acct").items() if state == "failed"}
     if retention:
         assert survivors == failed_ids
+        from awa_django import ops
+
         info = ops.get_job(min(failed_ids))
-        assert info.kind == "maint.noop" and info.errors == [{"attempt": 1, "message": "failed"}]
+        assert info.kind == "tests.factory_job"
+        assert [(e["attempt"], e["message"]) for e in info.errors] == [(1, "failed")]
         # Survives further full turns of the ring as well.
         store.cycle("queue", "churn", QUEUE_SLOTS + 1)
-        assert ops.queue_counts("acct")["failed"] == 3
+        assert store.counts("acct")["failed"] == 3
         assert {j for j, s in store.states("acct").items() if s == "failed"} == failed_ids
     else:
         assert survivors == set()

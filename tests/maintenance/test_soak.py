@@ -13,6 +13,7 @@ import pytest
 from django.test import override_settings
 
 from awa_django import ops
+from awa_django.storage import run
 from awa_django.storage.connection import conninfo
 from awa_django.storage.status import hot_table_totals, table_stats
 
@@ -51,7 +52,7 @@ def test_sustained_run_rotates_and_prunes_with_no_hot_updates(queue):
     # No lease is ever materialised by this workload: an idle ring stays put.
     assert rings[("lease", "rotate")][0] == "skipped_idle"
 
-    hot = hot_table_totals(table_stats())
+    hot = hot_table_totals(run(table_stats()))
     for table, values in hot.items():
         assert values["updates"] == 0, (table, values)
         assert values["deletes"] == 0, (table, values)

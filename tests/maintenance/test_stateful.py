@@ -16,8 +16,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from awa_django.records import ClaimedJob
 from awa_django.storage.connection import conninfo
-from awa_django.storage.substrate import reset_data
+from awa_django.storage.maintenance import PRUNE_OUTCOMES, ROTATE_OUTCOMES
+from tests.conftest import reset_queue_storage
 
 from .conftest import Store
 
@@ -26,15 +28,13 @@ TERMINAL = {"completed", "failed", "cancelled"}
 
 
 class StorageMachine(RuleBasedStateMachine):
-    outcomes: set[tuple[str, str]] = set()  # across examples: did prune really happen?
-
     def __init__(self) -> None:
         super().__init__()
-        reset_data()
+        reset_queue_storage()
         self.conn = psycopg.connect(conninfo(), autocommit=True)
         self.store = Store(self.conn)
         self.expected: dict[int, str] = {}  # job id -> state it must show
-        self.running: list[tuple] = []  # open attempts
+        self.running: list[ClaimedJob] = []  # open attempts
         self.gone: set[int] = set()  # terminal jobs whose history was pruned
 
     def teardown(self) -> None:
@@ -49,8 +49,8 @@ class StorageMachine(RuleBasedStateMachine):
     def claim(self, limit):
         attempts = self.store.claim(QUEUE, limit)
         for attempt in attempts:
-            assert self.expected[attempt[0]] == "available", attempt
-            self.expected[attempt[0]] = "running"
+            assert self.expected[attempt.job_id] == "available", attempt
+            self.expected[attempt.job_id] = "running"
         self.running.extend(attempts)
 
     @rule(
@@ -59,12 +59,14 @@ class StorageMachine(RuleBasedStateMachine):
     def close(self, data, outcome):
         if not self.running:
             return
-        picked = data.draw(st.lists(st.sampled_from(self.running), min_size=1, unique=True))
+        picked = data.draw(
+            st.lists(st.sampled_from(self.running), min_size=1, unique_by=lambda a: a.job_id)
+        )
         won = self.store.close(picked, outcome)
-        assert won == {(a[0], a[1]) for a in picked}
+        assert won == {(a.job_id, a.run_lease) for a in picked}
         for attempt in picked:
             self.running.remove(attempt)
-            self.expected[attempt[0]] = outcome
+            self.expected[attempt.job_id] = outcome
 
     @rule(data=st.data())
     def stale_completion(self, data):
@@ -72,14 +74,14 @@ class StorageMachine(RuleBasedStateMachine):
         if not self.running:
             return
         attempt = data.draw(st.sampled_from(self.running))
-        assert self.store.close([attempt], "retryable") == {(attempt[0], attempt[1])}
+        assert self.store.close([attempt], "retryable") == {(attempt.job_id, attempt.run_lease)}
         assert self.store.close([attempt], "completed") == set()
         self.running.remove(attempt)
-        self.expected[attempt[0]] = "retryable"
+        self.expected[attempt.job_id] = "retryable"
 
     @rule()
     def promote(self):
-        # close() schedules retries with run_at NULL -> due now.
+        # close() schedules retries due at once.
         moved = self.store.promote()
         due = [j for j, s in self.expected.items() if s == "retryable"]
         assert moved == len(due)
@@ -88,13 +90,11 @@ class StorageMachine(RuleBasedStateMachine):
 
     @rule(ring=st.sampled_from(["queue", "claim", "lease"]))
     def rotate(self, ring):
-        assert self.store.rotate(ring) in ("rotated", "skipped_idle", "skipped_busy")
+        assert self.store.rotate(ring) in ROTATE_OUTCOMES
 
     @rule(ring=st.sampled_from(["queue", "claim", "lease"]))
     def prune(self, ring):
-        outcome = self.store.prune(ring, failed_retention=0)
-        assert outcome in ("pruned", "already_pruned", "skipped_busy", "blocked")
-        self.outcomes.add((ring, outcome))
+        assert self.store.prune(ring, failed_retention=0) in PRUNE_OUTCOMES
 
     @rule(ring=st.sampled_from(["queue", "claim"]), times=st.integers(1, 8))
     def turn(self, ring, times):
@@ -102,7 +102,7 @@ class StorageMachine(RuleBasedStateMachine):
         for _ in range(times):
             self.store.churn(f"{QUEUE}-churn")
             self.store.rotate(ring)
-            self.outcomes.add((ring, self.store.prune(ring, failed_retention=0)))
+            self.store.prune(ring, failed_retention=0)
 
     @invariant()
     def nothing_lost_or_resurrected(self):
@@ -131,7 +131,6 @@ def test_storage_state_machine(reset_awa):
         deadline=None,
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     )
+    # Each prune outcome is produced on purpose in test_rings.py; this test
+    # is about interleavings, so it asserts nothing about which it reached.
     runner().runTest()
-    assert {("queue", "pruned"), ("claim", "pruned"), ("queue", "skipped_busy")} <= (
-        StorageMachine.outcomes
-    )

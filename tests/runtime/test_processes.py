@@ -14,8 +14,10 @@ from testapp.models import ExactlyOnce, Execution
 
 import awa_django
 from awa_django import ops
+from awa_django.runtime.closures import completed, retry_or_fail
 from awa_django.runtime.completer import BatchCompleter
-from awa_django.runtime.executor import completed, retry_or_fail
+from awa_django.runtime.config import CompleterConfig
+from awa_django.storage import AsyncRunner
 from awa_django.storage.attempts import claim
 from awa_django.storage.connection import conninfo
 from tests.conftest import wait_for
@@ -96,9 +98,9 @@ def test_a_late_completion_is_rejected_and_counted(queue):
 
     async def scenario():
         async with AsyncConnectionPool(conninfo(), kwargs={"autocommit": True}, open=False) as pool:
-            async with pool.connection() as conn:
-                [claimed] = await claim(conn, queue, 10, uuid.uuid4(), 300, 60)
-            completer = BatchCompleter(pool)
+            run = AsyncRunner(pool)
+            [claimed] = await run(claim(queue, 10, uuid.uuid4(), 300, 60))
+            completer = BatchCompleter(CompleterConfig(512, 0.001), run)
             await completer.start()
             # Someone else (rescue, an operator) closes the attempt first ...
             entry = {

@@ -6,10 +6,12 @@ import dataclasses
 import json
 import platform
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, Any, cast
 
 import django
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -18,6 +20,7 @@ from awa_django.benchmark import workloads
 from awa_django.benchmark.workloads import BenchOptions
 from awa_django.payload import check_queue
 from awa_django.storage import status
+from awa_django.storage.base import run
 
 STAGES = ("enqueue", "drain", "latency")
 
@@ -29,7 +32,7 @@ class Command(BaseCommand):
         "Use a dedicated database."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--jobs", type=int, default=20_000, help="Jobs to enqueue and drain.")
         parser.add_argument("--workers", type=int, default=512, help="Worker permits.")
         parser.add_argument("--processes", type=int, default=1, help="Worker processes.")
@@ -43,7 +46,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", metavar="PATH", help="Also write the report as JSON.")
         parser.add_argument("--database", default=None, help="Database alias holding the queue.")
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         if options["jobs"] < 1 or options["workers"] < 1 or options["processes"] < 1:
             raise CommandError("--jobs, --workers and --processes must be positive")
         if options["rate"] <= 0 or options["duration"] <= 0:
@@ -61,14 +64,15 @@ class Command(BaseCommand):
             database=options["database"],
         )
         console = Console(stderr=True)
-        report = run(bench, set(options["skip"]), console)
+        report = run_benchmark(bench, set(options["skip"]), console)
         self._print(report)
         if options["json"]:
             Path(options["json"]).write_text(json.dumps(report, indent=2))
             console.print(f"report written to {options['json']}")
 
-    def _print(self, report: dict) -> None:
-        console = Console(file=self.stdout, width=110)
+    def _print(self, report: dict[str, Any]) -> None:
+        # OutputWrapper is a text stream; its stubs do not say IO[str].
+        console = Console(file=cast(IO[str], self.stdout), width=110)
         table = Table(title=f"awa_bench ({report['environment']['date']})")
         table.add_column("measure")
         table.add_column("value", justify="right")
@@ -77,8 +81,9 @@ class Command(BaseCommand):
         console.print(table)
 
 
-def run(bench: BenchOptions, skip: set[str], console: Console) -> dict:
-    results: dict = {"storage_before": workloads.storage_snapshot(bench.database)}
+def run_benchmark(bench: BenchOptions, skip: set[str], console: Console) -> dict[str, Any]:
+    """Run the stages not in ``skip``; returns the report (environment, options, results)."""
+    results: dict[str, Any] = {"storage_before": workloads.storage_snapshot(bench.database)}
     with Progress(
         SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console
     ) as progress:
@@ -95,7 +100,7 @@ def run(bench: BenchOptions, skip: set[str], console: Console) -> dict:
             workloads.drain(dataclasses.replace(bench, processes=1))
         # PostgreSQL cost is measured over COPY enqueue + drain of --jobs jobs.
         time.sleep(1.2)  # let every backend flush its statistics
-        start_counters = status.pg_counters(bench.database)
+        start_counters = run(status.pg_counters(), bench.database)
         enqueued = 0
         if "enqueue" not in skip:
             task = progress.add_task(f"COPY enqueue of {bench.jobs} jobs")
@@ -125,7 +130,7 @@ def run(bench: BenchOptions, skip: set[str], console: Console) -> dict:
         if enqueued:
             time.sleep(1.2)
             results["postgres_per_job"] = workloads.pg_costs(
-                start_counters, status.pg_counters(bench.database), enqueued, bench.database
+                start_counters, run(status.pg_counters(), bench.database), enqueued, bench.database
             )
             results["storage_after_drain"] = workloads.storage_snapshot(bench.database)
         if "latency" not in skip:
@@ -154,7 +159,7 @@ def run(bench: BenchOptions, skip: set[str], console: Console) -> dict:
     }
 
 
-def _flatten(data: dict, prefix: str = ""):
+def _flatten(data: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
     for key, value in data.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict):

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
-import uuid
+from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 
-from awa_django.conf import awa_settings
-from awa_django.runtime.maintenance import Maintenance, MaintenanceConfig
+from awa_django.conf import awa_settings, unimplemented_settings
+from awa_django.runtime.config import MaintenanceConfig
+from awa_django.runtime.maintenance import Maintenance
 from awa_django.storage.connection import conninfo
 
 from .awa_worker import _default_logging
@@ -19,15 +21,15 @@ from .awa_worker import _default_logging
 class Command(BaseCommand):
     help = "Compete for the maintenance leadership and run maintenance while leader."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--database", default=None, help="Database alias holding the queue.")
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         settings = awa_settings()
-        config = MaintenanceConfig.from_settings(
-            settings, conninfo(options["database"] or settings.database), uuid.uuid4()
-        )
+        config = MaintenanceConfig(settings, conninfo(options["database"] or settings.database))
         _default_logging(options["verbosity"])
+        for problem in unimplemented_settings(settings):
+            logging.getLogger("awa_django.maintenance").warning("%s", problem)
         asyncio.run(_run(Maintenance(config)))
 
 

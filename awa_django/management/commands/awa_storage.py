@@ -3,29 +3,32 @@
 from __future__ import annotations
 
 import json
+from typing import IO, Any, cast
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 from rich.console import Console
 from rich.table import Table
 
+from awa_django.storage.base import run
 from awa_django.storage.status import storage_status
 
 
 class Command(BaseCommand):
     help = "Show the queue-storage state: ring cursors and outcomes, leader, backlog."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
         status = sub.add_parser("status", help="Ring cursors, outcomes, occupancy, dead tuples.")
         status.add_argument("--json", action="store_true", help="One JSON document on stdout.")
         status.add_argument("--database", default=None, help="Database alias holding the queue.")
 
-    def handle(self, *args, **options):
-        report = storage_status(options["database"])
+    def handle(self, *args: Any, **options: Any) -> None:
+        report = run(storage_status(), options["database"])
         if options["json"]:
             self.stdout.write(json.dumps(report, indent=2))
             return
-        console = Console(file=self.stdout, width=120)
+        # OutputWrapper is a text stream; its stubs do not say IO[str].
+        console = Console(file=cast(IO[str], self.stdout), width=120)
         rings = Table(title="Rings")
         for column in (
             "ring",

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import importlib
 import logging
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from awa_django.conf import awa_settings
 from awa_django.exceptions import InvalidJob
@@ -16,7 +17,7 @@ from awa_django.storage.connection import conninfo
 class Command(BaseCommand):
     help = "Run awa workers: claim and execute jobs of the selected queues."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--queue",
             action="append",
@@ -50,7 +51,7 @@ class Command(BaseCommand):
         )
         parser.add_argument("--database", default=None, help="Database alias holding the queue.")
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         from awa_django.runtime.supervisor import Supervisor
         from awa_django.runtime.worker import run_worker
 

@@ -26,3 +26,6 @@ SELECT state, sum(n)::bigint
         UNION ALL
         SELECT state, count FROM awa.queue_terminal_rollups WHERE queue = %(queue)s) AS c
  GROUP BY state
+
+-- name: job_states
+SELECT id, state FROM awa.jobs WHERE queue = %(queue)s ORDER BY id

@@ -3,6 +3,12 @@
 -- name: try_lead
 SELECT pg_try_advisory_lock(%s)
 
+-- name: holds_lead
+SELECT EXISTS (
+    SELECT 1 FROM pg_locks l
+     WHERE l.locktype = 'advisory' AND l.granted AND l.pid = pg_backend_pid()
+       AND ((l.classid::bigint << 32) | l.objid::bigint) = %s)
+
 -- name: release_lead
 SELECT pg_advisory_unlock(%s)
 

@@ -1,0 +1,138 @@
+"""The pure mapping from what a handler did to the closure of its attempt.
+
+No I/O here: each function takes the claimed attempt (and the outcome) and
+returns the :class:`~awa_django.records.Closure` the completer will write,
+so the mapping is unit-tested on its own (API.md's outcome table):
+
+* return -> completed (a JSON-able return value is kept);
+* ``RetryAfter`` / any other exception -> retryable with backoff, or failed
+  (DLQ when the queue has one) once ``max_attempts`` is reached;
+* ``Snooze`` -> scheduled, the attempt not counted;
+* ``Cancel`` -> cancelled; ``TerminalError`` -> failed (or DLQ) now;
+* shutdown giving up -> handed back, due now and uncounted.
+
+Every failed attempt appends an entry to the job's error history, which
+survives retries.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import traceback
+from typing import Any
+
+from ..exceptions import InvalidJob
+from ..payload import to_json
+from ..records import (
+    CANCELLED,
+    COMPLETED,
+    DLQ,
+    FAILED,
+    RETRYABLE,
+    SCHEDULED,
+    ClaimedJob,
+    Closure,
+)
+from .backoff import retry_delay
+
+log = logging.getLogger("awa_django.worker")
+
+MAX_TRACEBACK_CHARS = 20_000
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def error_entry(
+    job: ClaimedJob, exc: BaseException | None, message: str | None = None
+) -> dict[str, Any]:
+    """One failed attempt, as kept in the job's error history."""
+    if exc is None:
+        kind, text, trace = "awa_django.Error", message or "", ""
+    else:
+        kind = f"{type(exc).__module__}.{type(exc).__qualname__}"
+        text = message or str(exc)
+        trace = "".join(traceback.format_exception(exc))[-MAX_TRACEBACK_CHARS:]
+    return {
+        "attempt": job.attempt,
+        "type": kind,
+        "message": text,
+        "traceback": trace,
+        "at": _now().isoformat(),
+    }
+
+
+def _history(job: ClaimedJob, entry: dict[str, Any]) -> str:
+    return json.dumps([*job.errors, entry], default=str)
+
+
+def _base(job: ClaimedJob, target: str, outcome: str, **fields: Any) -> Closure:
+    return Closure(
+        job_id=job.job_id,
+        run_lease=job.run_lease,
+        claim_slot=job.claim_slot,
+        batch_id=job.batch_id,
+        item=job.item,
+        target=target,
+        outcome=outcome,
+        **fields,
+    )
+
+
+def completed(job: ClaimedJob, value: Any) -> Closure:
+    result = None
+    if value is not None:
+        try:
+            result = to_json(value, "return value")
+        except InvalidJob:
+            log.debug("job %s: return value of %s is not JSON; not kept", job.job_id, job.kind)
+    return _base(job, COMPLETED, COMPLETED, result=result)
+
+
+def failed(job: ClaimedJob, entry: dict[str, Any], *, dlq: bool, reason: str) -> Closure:
+    """Terminal failure: failed, or moved to the DLQ when the queue has one."""
+    target = DLQ if dlq else FAILED
+    return _base(job, target, FAILED, errors=_history(job, entry), reason=reason)
+
+
+def retry_or_fail(
+    job: ClaimedJob, entry: dict[str, Any], delay: float | None, *, dlq: bool
+) -> Closure:
+    if job.attempt >= job.max_attempts:
+        return failed(job, entry, dlq=dlq, reason="max_attempts exhausted")
+    if delay is None:
+        delay = retry_delay(job.attempt)
+    return _base(
+        job,
+        RETRYABLE,
+        RETRYABLE,
+        run_at=_now() + dt.timedelta(seconds=delay),
+        attempt=job.attempt,
+        errors=_history(job, entry),
+    )
+
+
+def snoozed(job: ClaimedJob, delay: float) -> Closure:
+    # The next claim adds one to the stored count: store this attempt's
+    # predecessor so the re-run sees the same attempt number.
+    return _base(
+        job,
+        SCHEDULED,
+        "snoozed",
+        run_at=_now() + dt.timedelta(seconds=delay),
+        attempt=job.attempt - 1,
+    )
+
+
+def handed_back(job: ClaimedJob) -> Closure:
+    """Shutdown gave up on this attempt: run it again soon, uncounted."""
+    return _base(job, SCHEDULED, "handed_back", run_at=_now(), attempt=job.attempt - 1)
+
+
+def cancelled(job: ClaimedJob, reason: str) -> Closure:
+    entry = error_entry(job, None, reason)
+    entry["type"] = "awa_django.Cancel"
+    return _base(job, CANCELLED, CANCELLED, errors=_history(job, entry), reason=reason)

@@ -1,0 +1,166 @@
+"""Leader election for the maintenance tasks.
+
+Design.  Every process that may run maintenance keeps one dedicated
+connection (the *election session*) and, every ``ELECTION_INTERVAL``, runs
+``pg_try_advisory_lock(LEADER_LOCK_KEY)`` on it while it is a standby, or
+checks in ``pg_locks`` that it still holds the lock while it leads.  The
+lock is session-scoped: exactly one session holds it, and PostgreSQL frees
+it the moment that session ends.  So:
+
+* a leader that is killed (or whose connection drops) frees the lock at
+  once, and a standby takes over on its next attempt: failover takes at most
+  one interval after PostgreSQL notices the session is gone -- immediate for
+  a killed process, bounded by TCP keepalives (about 25 s with the settings
+  below) for a vanished host;
+* a leader learns it lost the lock on its next check (the statement fails or
+  reports no lock) and steps down: its term ends and its tasks stop.
+
+A *term* is the span between winning and losing the lock; ``terms`` counts
+them.  Maintenance tasks run on other connections (one slow task must not
+hold the election session), so for at most one interval after losing its
+session a deposed leader's tasks may still run alongside the new leader's.
+That is safe by construction: every maintenance statement is concurrency
+safe on its own (rotation and prune take their ring's transaction lock and
+re-check their gates, promotion and rescue use SKIP LOCKED and the
+run_lease guard, cleanup deletes idempotently).  Leadership makes
+maintenance efficient, never correct.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from ..storage import AsyncRunner
+from ..storage import maintenance as store
+from .config import ELECTION_INTERVAL, PeriodicConfig
+from .service import PeriodicService, close_quietly
+
+log = logging.getLogger("awa_django.maintenance")
+
+# Notice a silently vanished peer in ~25 s instead of the kernel's hours.
+KEEPALIVES: dict[str, Any] = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+}
+
+
+def session_name(runtime_id: uuid.UUID) -> str:
+    """``application_name`` of an election session: pid first, so operators
+    (and tests) can tell which process leads."""
+    return f"awa-maintenance {os.getpid()} {runtime_id}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LeaderConfig(PeriodicConfig):
+    """The election session's connection string and the runtime it speaks for."""
+
+    conninfo: str
+    runtime_id: uuid.UUID
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.conninfo:
+            raise ValueError("LeaderConfig needs a conninfo")
+
+
+class Leader(PeriodicService[bool]):
+    """Competes for the lock; calls ``on_change(True/False)`` when a term starts or ends."""
+
+    name = "leader-election"
+    run_at_start = True
+
+    def __init__(
+        self,
+        config: LeaderConfig,
+        on_change: Callable[[bool], Awaitable[None]] | None = None,
+    ) -> None:
+        super().__init__(config)
+        self.config: LeaderConfig = config
+        self.is_leader = False
+        self.terms = 0
+        self._on_change = on_change
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+
+    @classmethod
+    def for_runtime(
+        cls,
+        conninfo: str,
+        runtime_id: uuid.UUID,
+        on_change: Callable[[bool], Awaitable[None]] | None = None,
+    ) -> Leader:
+        return cls(
+            LeaderConfig(ELECTION_INTERVAL, conninfo=conninfo, runtime_id=runtime_id), on_change
+        )
+
+    async def _session(self) -> psycopg.AsyncConnection[Any]:
+        if self._conn is None or self._conn.closed:
+            self._conn = await psycopg.AsyncConnection.connect(
+                self.config.conninfo,
+                autocommit=True,
+                application_name=session_name(self.config.runtime_id),
+                **KEEPALIVES,
+            )
+        return self._conn
+
+    async def run_once(self) -> bool:
+        """Try to win (standby) or confirm (leader) the lock; returns whether we lead."""
+        try:
+            run = AsyncRunner(await self._session())
+            leads = await run(store.holds_lead() if self.is_leader else store.try_lead())
+        except psycopg.Error as exc:
+            if self.is_leader:
+                log.warning("maintenance leader lost its session: %s", exc)
+            await self._close()
+            leads = False
+        await self._become(leads)
+        return leads
+
+    async def _become(self, leads: bool) -> None:
+        if leads == self.is_leader:
+            return
+        self.is_leader = leads
+        if leads:
+            self.terms += 1
+            log.info("runtime %s is now the maintenance leader", self.config.runtime_id)
+        else:
+            log.warning("runtime %s is no longer the maintenance leader", self.config.runtime_id)
+        if self._on_change is None:
+            return
+        try:
+            await self._on_change(leads)
+        except Exception:
+            if not leads:
+                raise
+            # A term that could not start must not hold the lock: step down
+            # so this process (or another) tries again from scratch.
+            log.exception("could not start the maintenance term; stepping down")
+            self.is_leader = False
+            if self._conn is not None and not self._conn.closed:
+                with contextlib.suppress(psycopg.Error):
+                    await AsyncRunner(self._conn)(store.release_lead())
+            with contextlib.suppress(Exception):
+                await self._on_change(False)
+            raise
+
+    async def stop(self) -> None:
+        """Stop competing; a leader releases the lock so a standby takes over at once."""
+        await super().stop()
+        if self.is_leader and self._conn is not None and not self._conn.closed:
+            with contextlib.suppress(psycopg.Error):
+                await AsyncRunner(self._conn)(store.release_lead())
+        await self._become(False)
+        await self._close()
+
+    async def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        await close_quietly(conn)

@@ -1,0 +1,102 @@
+"""The one shape of a periodic runtime service.
+
+A service does its work in ``run_once()``, which returns what it did (a
+count or a small dict of outcomes).  ``start()`` runs it in a loop every
+``config.interval`` seconds on its own asyncio task; ``stop()`` cancels that
+task and waits for it.  Tests call ``run_once()`` directly instead of
+starting the loop and sleeping until it happened to run.
+
+A failing ``run_once()`` is logged and retried on the next tick: a lost
+connection or a statement that timed out must never kill the worker.  Each
+service runs on its own task (and, where it matters, its own connection), so
+one slow service never delays another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any, Generic, Protocol, TypeVar
+
+import psycopg
+
+from .config import PeriodicConfig
+
+log = logging.getLogger("awa_django.worker")
+
+R = TypeVar("R")
+
+
+class Service(Protocol):
+    """What the worker starts and stops: every service, periodic or not."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
+    """Cancel a service's loop task and wait until it has unwound."""
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def close_quietly(conn: psycopg.AsyncConnection[Any] | None) -> None:
+    """Close a dedicated connection that may already be broken."""
+    if conn is not None:
+        with contextlib.suppress(psycopg.Error):
+            await conn.close()
+
+
+class PeriodicService(Generic[R]):
+    """Base class: subclasses implement :meth:`run_once`."""
+
+    #: Short name for logs and task names.
+    name = "service"
+    #: Run once as soon as started (True) or wait one interval first (False).
+    run_at_start = False
+
+    def __init__(self, config: PeriodicConfig) -> None:
+        self.config = config
+        self.last: R | None = None
+        self.runs = 0
+        self.failures = 0
+        self._task: asyncio.Task[None] | None = None
+
+    async def run_once(self) -> R:
+        raise NotImplementedError
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def start(self) -> None:
+        if not self.running:
+            self._task = asyncio.create_task(self._loop(), name=f"awa-{self.name}")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        await cancel_and_wait(task)
+
+    async def tick(self) -> R | None:
+        """One guarded ``run_once()``: failures are logged and counted, not raised."""
+        try:
+            self.last = await self.run_once()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.failures += 1
+            log.warning("%s failed: %s", self.name, exc, exc_info=log.isEnabledFor(logging.DEBUG))
+            return None
+        self.runs += 1
+        return self.last
+
+    async def _loop(self) -> None:
+        if not self.run_at_start:
+            await asyncio.sleep(self.config.interval)
+        while True:
+            await self.tick()
+            await asyncio.sleep(self.config.interval)

@@ -1,0 +1,139 @@
+"""The leader and its tasks as services: independent schedules, terms that end.
+
+Each maintenance task runs on its own loop and connection, so one blocked
+task (promotion waiting behind a producer's lane lock) never stalls rescue;
+a leader that loses its session stops its tasks and another one takes over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import time
+import uuid
+
+import psycopg
+import pytest
+
+from awa_django.conf import parse_settings
+from awa_django.runtime.config import MaintenanceConfig
+from awa_django.runtime.leader import session_name
+from awa_django.runtime.maintenance import Maintenance
+from awa_django.storage import SyncRunner
+from awa_django.storage.connection import conninfo
+from awa_django.storage.enqueue import enqueue_one
+from awa_django.storage.jobs import get_job
+from tests.factories import JobFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TICKS = {
+    "PROMOTE_INTERVAL": 0.05,
+    "HEARTBEAT_RESCUE_INTERVAL": 0.05,
+    "DEADLINE_RESCUE_INTERVAL": 0.05,
+}
+
+
+def maintenance(**settings) -> Maintenance:
+    parsed, problems = parse_settings({**TICKS, **settings})
+    assert not problems, problems
+    return Maintenance(MaintenanceConfig(parsed, conninfo(), uuid.uuid4()))
+
+
+async def until(predicate, timeout: float = 30.0):
+    """Wait (without blocking the loop) until ``predicate()`` is true."""
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.02)
+    return value
+
+
+def state(job_id: int) -> str | None:
+    with psycopg.connect(conninfo(), autocommit=True) as conn:
+        info = SyncRunner(conn)(get_job(job_id))
+    return info.state if info else None
+
+
+def test_a_promotion_blocked_by_a_lane_lock_does_not_stall_rescue(reset_awa, queue):
+    # A running attempt whose runtime never heartbeats: rescue must close it.
+    abandoned = JobFactory(state="running", queue=f"{queue}-a")
+    # A retry due in a moment on lane (queue, 2) ...
+    due_at = dt.datetime.now(dt.UTC) + dt.timedelta(milliseconds=200)
+    deferred = JobFactory(state="scheduled", queue=queue, run_at=due_at)
+
+    with psycopg.connect(conninfo()) as producer:
+        # ... while a producer holds that lane's enqueue head in an open transaction.
+        SyncRunner(producer)(enqueue_one(JobFactory.build(queue=queue)))
+        leader = maintenance()
+
+        async def scenario():
+            await leader.start()
+            try:
+                await until(lambda: leader.is_leader)
+                await until(lambda: state(abandoned.id) == "retryable")
+                # Rescue ran while promotion was still stuck behind the lane lock.
+                assert dt.datetime.now(dt.UTC) > due_at
+                assert state(deferred.id) == "scheduled"
+                producer.rollback()
+                await until(lambda: state(deferred.id) == "available")
+            finally:
+                await leader.stop()
+
+        asyncio.run(scenario())
+
+
+def test_a_leader_that_loses_its_session_stops_its_tasks_and_another_takes_over(reset_awa):
+    first, second = maintenance(), maintenance()
+
+    async def scenario():
+        await first.start()
+        await until(lambda: first.is_leader)
+        await second.start()
+        try:
+            assert all(task.running for task in first.tasks.values())
+            assert not second.is_leader and not second.tasks
+            with psycopg.connect(conninfo(), autocommit=True) as admin:
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE application_name = %s",
+                    [session_name(first.config.runtime_id)],
+                )
+            await until(lambda: second.is_leader)
+            await until(lambda: not first.is_leader)
+            await until(lambda: not any(task.running for task in first.tasks.values()))
+            assert (first.leader.terms, second.leader.terms) == (1, 1)
+            assert all(task.running for task in second.tasks.values())
+        finally:
+            await second.stop()
+            await first.stop()
+
+    asyncio.run(scenario())
+
+
+def test_run_once_needs_and_uses_the_leadership(reset_awa, queue):
+    leader = maintenance()
+
+    async def scenario():
+        with pytest.raises(RuntimeError, match="leadership"):
+            await leader.run_once()
+        assert await leader.elect() is True  # one election round, no task loops
+        assert not any(task.running for task in leader.tasks.values())
+        try:
+            results = await leader.run_once()
+        finally:
+            await leader.stop()
+        return results
+
+    results = asyncio.run(scenario())
+    assert set(results) == {
+        "promote",
+        "queue_ring",
+        "claim_ring",
+        "lease_ring",
+        "stale_rescue",
+        "deadline_rescue",
+        "cleanup",
+    }
+    assert results["queue_ring"] == {"rotate": "skipped_idle", "prune": "already_pruned"}

@@ -1,0 +1,61 @@
+"""Memory stays flat: nothing of a finished job outlives it in the worker.
+
+Each claim arms one deadline timer for its batch.  A timer that outlived its
+batch would keep every JobContext of the batch alive until the deadline
+(300 s by default), so memory would grow with throughput x deadline.  The
+drain below runs with the default deadline and checks that, once the last
+job is durable, no JobContext is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+
+import pytest
+from testapp import jobs
+
+import awa_django
+from awa_django.context import JobContext
+from awa_django.runtime.worker import Worker
+from tests.conftest import worker_config
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+JOBS = 100_000
+
+
+@pytest.fixture(autouse=True)
+def _clean(reset_awa):
+    yield
+
+
+def live_contexts() -> int:
+    gc.collect()
+    return sum(1 for obj in gc.get_objects() if isinstance(obj, JobContext))
+
+
+def test_job_contexts_do_not_outlive_their_jobs(queue):
+    call = jobs.noop_async.using(queue=queue)
+    awa_django.enqueue_many([call.prepare() for _ in range(JOBS)])
+    worker = Worker(worker_config(queue, burst=False, max_workers=512))
+    assert worker.config.queues[0].queue.deadline == 300  # the default: timers are armed
+
+    async def scenario() -> tuple[int, int]:
+        all_done = asyncio.Event()
+        worker.completer.subscribe(
+            lambda events: all_done.set() if worker.completed >= JOBS else None
+        )
+        running = asyncio.create_task(worker.run())
+        await asyncio.wait_for(all_done.wait(), timeout=300)
+        # The last permits come back right after the completion is durable.
+        while worker.inflight:
+            await asyncio.sleep(0)
+        left = live_contexts()
+        worker.request_stop()
+        await running
+        return worker.completed, left
+
+    completed, left = asyncio.run(scenario())
+    assert completed == JOBS
+    assert left == 0, f"{left} JobContext objects still alive after the drain"
