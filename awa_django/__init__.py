@@ -1,6 +1,6 @@
 """awa_django: PostgreSQL-native background jobs for Django.
 
-The public API (see API.md).  Everything else lives in subpackages whose
+The public API, listed in ``__all__``.  Everything else lives in subpackages whose
 contents may change between releases.
 """
 
@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 from .context import JobContext
 from .exceptions import CallbackNotFound, InvalidJob, JobNotFound, UniqueConflict
-from .jobs import Job, Unique, job
+from .jobs import ContextJob, Job, Unique, job
 from .outcomes import Cancel, RetryAfter, Snooze, TerminalError, WaitForCallback
 from .records import EnqueuedJob, JobInfo, PreparedJob
 
@@ -42,6 +42,7 @@ def enqueue_many(jobs: Iterable[PreparedJob], *, database: str | None = None) ->
 __all__ = [
     "CallbackNotFound",
     "Cancel",
+    "ContextJob",
     "EnqueuedJob",
     "InvalidJob",
     "Job",

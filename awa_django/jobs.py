@@ -385,7 +385,7 @@ def job(
 
 @dataclass(frozen=True)
 class Unique:
-    """Uniqueness options for ``using(unique=...)`` (API.md).
+    """Uniqueness options for ``using(unique=...)``.
 
     Declared so code written against the public API imports; enqueueing with
     it raises ``InvalidJob`` until unique claims land in a later release.

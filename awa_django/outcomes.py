@@ -1,4 +1,4 @@
-"""Exceptions a handler raises to steer what happens to its job (API.md table).
+"""Exceptions a handler raises to steer what happens to its job.
 
 Returning normally completes the job.  Any exception not listed here is a
 retryable failure with exponential backoff until ``max_attempts``.

@@ -2,7 +2,7 @@
 
 No I/O here: each function takes the claimed attempt (and the outcome) and
 returns the :class:`~awa_django.records.Closure` the completer will write,
-so the mapping is unit-tested on its own (API.md's outcome table):
+so the mapping is unit-tested on its own (the documented outcome table):
 
 * return -> completed (a JSON-able return value is kept);
 * ``RetryAfter`` / any other exception -> retryable with backoff, or failed

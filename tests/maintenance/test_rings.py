@@ -9,6 +9,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
+from awa_django.storage import SyncRunner, maintenance
 from awa_django.storage.connection import conninfo
 
 QUEUE_SLOTS = 16
@@ -27,7 +28,7 @@ def test_an_idle_ring_stops_rotating(store):
 def test_rotation_is_exclusive_and_the_ledger_only_appends(store):
     store.enqueue("rot")
     with psycopg.connect(conninfo()) as other:  # holds the ring lock in an open transaction
-        other.execute("SELECT awa.rotate_ring('queue')")
+        assert SyncRunner(other)(maintenance.rotate("queue")) == "rotated"
         assert store.rotate("queue") == "skipped_busy"
         other.rollback()
     assert store.rotate("queue") == "rotated"

@@ -1,0 +1,101 @@
+"""Runtime services driven through ``run_once()``: no loop, no sleeping.
+
+Completers (inline and batching) report each flush to their listeners,
+stale closures included; the heartbeat cancels attempts closed elsewhere;
+the progress flusher writes only what changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from psycopg_pool import AsyncConnectionPool
+
+from awa_django import ops
+from awa_django.runtime.closures import completed
+from awa_django.runtime.completer import BatchCompleter, CompletionEvent, InlineCompleter
+from awa_django.runtime.config import CompleterConfig, PeriodicConfig
+from awa_django.runtime.executor import context_for
+from awa_django.runtime.heartbeat import Heartbeat
+from awa_django.runtime.progress import ProgressFlusher
+from awa_django.storage import AsyncRunner
+from awa_django.storage.attempts import claim, close_attempts
+from awa_django.storage.connection import conninfo
+from tests.factories import JobFactory, closure_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _clean(reset_awa):
+    yield
+
+
+async def with_runner(scenario):
+    async with AsyncConnectionPool(conninfo(), kwargs={"autocommit": True}, open=False) as pool:
+        return await scenario(AsyncRunner(pool))
+
+
+def test_completers_report_applied_and_stale_closures_to_listeners(queue):
+    made = [JobFactory(queue=queue) for _ in range(3)]
+    seen: list[list[CompletionEvent]] = []
+
+    async def scenario(run: AsyncRunner):
+        jobs = await run(claim(queue, 10, uuid.uuid4(), 300.0, 0.0))
+        inline = InlineCompleter(run)
+        batch = BatchCompleter(CompleterConfig(batch_size=2, flush_interval=0), run)
+        for completer in (inline, batch):
+            completer.subscribe(seen.append)
+        assert await inline.submit(completed(jobs[0], "first")) is True
+        await batch.start()
+        both = [batch.submit(completed(job, None)) for job in jobs[1:]]
+        assert await asyncio.gather(*both) == [True, True]
+        await batch.stop()
+        assert await inline.submit(completed(jobs[0], "late")) is False
+        return inline, batch
+
+    inline, batch = asyncio.run(with_runner(scenario))
+    flushed = [(event.closure.job_id, event.applied) for events in seen for event in events]
+    first, second, third = (job.id for job in made)
+    assert sorted(flushed[1:3]) == [(second, True), (third, True)]
+    assert (flushed[0], flushed[3:]) == ((first, True), [(first, False)])
+    assert (inline.applied, inline.stale, batch.applied, batch.stale) == (1, 1, 2, 0)
+
+
+def test_heartbeat_cancels_attempts_closed_elsewhere(queue):
+    JobFactory(queue=queue)
+
+    async def scenario(run: AsyncRunner):
+        runtime = uuid.uuid4()
+        [job] = await run(claim(queue, 1, runtime, 300.0, 0.0))
+        ctx = context_for(job)
+        beat = Heartbeat(PeriodicConfig(30.0), run, runtime, lambda: [(job, ctx)])
+        await beat.register([queue], 1)
+        assert await beat.run_once() == 0 and not ctx.is_cancelled()
+        await run(close_attempts([closure_for(job, "cancelled")]))  # e.g. an operator
+        assert await beat.run_once() == 1
+        await beat.unregister()
+        return ctx
+
+    ctx = asyncio.run(with_runner(scenario))
+    assert ctx.is_cancelled()
+
+
+def test_progress_is_written_once_per_change(queue):
+    ref = JobFactory(queue=queue)
+
+    async def scenario(run: AsyncRunner):
+        [job] = await run(claim(queue, 1, uuid.uuid4(), 300.0, 0.0))
+        ctx = context_for(job)
+        flusher = ProgressFlusher(PeriodicConfig(1.0), run, lambda: [(job, ctx)])
+        assert await flusher.run_once() == 0  # nothing reported yet
+        ctx.set_progress(40, "reading")
+        assert await flusher.run_once() == 1
+        assert await flusher.run_once() == 0  # unchanged since
+        ctx.set_progress(80)
+        assert await flusher.run_once() == 1
+
+    asyncio.run(with_runner(scenario))
+    assert ops.get_job(ref.id).progress == {"percent": 80, "message": "reading"}
