@@ -130,3 +130,28 @@ def overrun(ctx, seconds: float) -> bool:
     time.sleep(seconds)
     _record(ctx, f"cancelled={ctx.is_cancelled()}")
     return ctx.is_cancelled()
+
+
+RELEASE = "release"
+
+
+@job(kind="testapp.gated", takes_context=True)
+def gated(ctx, timeout: float = 60.0) -> str:
+    """Reports progress, then holds until the test releases it (no fixed hold to race).
+
+    The test releases the job by writing an ``Execution`` row labelled
+    :data:`RELEASE` for it.  The handler stops waiting when its attempt is
+    cancelled (hand-back, rescue) and fails after ``timeout`` seconds, so a
+    broken test never leaves a worker busy for long.
+    """
+    _record(ctx, "started")
+    ctx.set_progress(50, "waiting for release", done=5)
+    deadline = time.monotonic() + timeout
+    while not Execution.objects.filter(job_id=ctx.job_id, label=RELEASE).exists():
+        if ctx.is_cancelled():
+            return "cancelled"
+        if time.monotonic() > deadline:
+            raise TerminalError(f"not released within {timeout}s")
+        time.sleep(0.02)
+    _record(ctx, "finished")
+    return "released"

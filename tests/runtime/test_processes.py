@@ -1,8 +1,14 @@
-"""Real worker processes: multi-process drain, graceful shutdown, burst, stale completions."""
+"""Real worker processes: multi-process drain, graceful shutdown, burst, stale completions.
+
+Tests that must observe a job while it runs use ``jobs.gated``, which holds
+until the test releases it, and wait on events (a row written, a log line),
+never on a fixed hold that worker start-up could eat into.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
 
@@ -68,22 +74,58 @@ def test_burst_is_not_held_by_future_jobs(queue, start_worker):
     assert ops.get_job(later.id).state == "scheduled"
 
 
+def release(job_id: int) -> None:
+    """Let a ``jobs.gated`` job finish."""
+    Execution.objects.create(job_id=job_id, label=jobs.RELEASE)
+
+
+def started(job_id: int) -> bool:
+    return Execution.objects.filter(job_id=job_id, label="started").exists()
+
+
+class Output:
+    """A worker's output, read as it is written, so a test can wait for a log line."""
+
+    def __init__(self, worker) -> None:
+        self.lines: list[str] = []
+        self._stream = worker.proc.stdout
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self._stream:
+            self.lines.append(line)
+
+    def shows(self, text: str) -> bool:
+        return any(text in line for line in self.lines)
+
+    def text(self) -> str:
+        self._reader.join(timeout=60)  # EOF: the worker has exited
+        return "".join(self.lines)
+
+
 def test_sigterm_waits_for_the_in_flight_job(queue, start_worker):
-    ref = jobs.sleep.using(queue=queue).enqueue(2.0, label="finished")
-    worker = start_worker("--queue", queue, "--shutdown-timeout", "30")
-    wait_for(lambda: Execution.objects.filter(job_id=ref.id, label="started").exists())
-    assert ops.get_job(ref.id).state == "running"
+    ref = jobs.gated.using(queue=queue).enqueue()
+    worker = start_worker(
+        "--queue", queue, "--shutdown-timeout", "30", env={"AWA_LOG_LEVEL": "INFO"}
+    )
+    output = Output(worker)
+    wait_for(lambda: started(ref.id))
 
     worker.terminate()
-    assert worker.wait(timeout=60) == 0
+    wait_for(lambda: output.shows("for 1 in-flight jobs"))  # stopped claiming, draining
+    assert ops.get_job(ref.id).state == "running"
+    release(ref.id)
+    log = output.text()
+    assert worker.wait(timeout=60) == 0, log[-4000:]
     assert ops.get_job(ref.id).state == "completed"
     assert Execution.objects.filter(job_id=ref.id, label="finished").count() == 1
 
 
 def test_sigterm_hands_back_what_does_not_finish_in_time(queue, start_worker):
-    ref = jobs.sleep.using(queue=queue).enqueue(60.0)
+    ref = jobs.gated.using(queue=queue).enqueue()  # never released
     worker = start_worker("--queue", queue, "--shutdown-timeout", "0.5")
-    wait_for(lambda: Execution.objects.filter(job_id=ref.id, label="started").exists())
+    wait_for(lambda: started(ref.id))
 
     worker.terminate()
     assert worker.wait(timeout=30) == 0
@@ -159,11 +201,17 @@ def test_supervisor_restarts_a_child_that_dies(queue, start_worker):
 
 
 def test_running_job_progress_is_visible(queue, start_worker):
-    ref = jobs.checkpoint.using(queue=queue).enqueue(fail_first=False, hold=3.0)
+    ref = jobs.gated.using(queue=queue).enqueue()
     worker = start_worker("--queue", queue)
     info = wait_for(lambda: (i := ops.get_job(ref.id)).progress and i)
     assert info.state == "running"
-    assert info.progress["checkpoint"] == {"done": 5}
+    assert info.progress == {
+        "percent": 50,
+        "message": "waiting for release",
+        "checkpoint": {"done": 5},
+    }
+    release(ref.id)
     wait_for(lambda: ops.get_job(ref.id).state == "completed")
+    assert ops.get_job(ref.id).progress is None  # cleared by the completion
     worker.terminate()
     assert worker.wait(timeout=30) == 0

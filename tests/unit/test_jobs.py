@@ -56,10 +56,12 @@ def test_context_jobs_check_arguments_without_the_context():
 
 
 def test_async_enqueue(db, queue):
-    import asyncio
-
     from asgiref.sync import async_to_sync
 
+    from awa_django import ops
+
     ref = async_to_sync(async_job.using(queue=queue).aenqueue)("https://example.com")
-    assert ref.state == "available"
-    assert asyncio.iscoroutinefunction(async_job.func)
+    assert (ref.kind, ref.queue, ref.state) == ("tests.async_job", queue, "available")
+    info = ops.get_job(ref.id)  # really written, in this test's transaction
+    assert (info.kind, info.queue, info.state) == ("tests.async_job", queue, "available")
+    assert (info.args, info.kwargs) == (["https://example.com"], {})
