@@ -182,8 +182,9 @@ class Maintenance:
                 for task in self.tasks.values():
                     await task.start()
         else:
-            for task in self.tasks.values():
-                await task.stop()
+            # Concurrently, and idempotent: one task slow to stop must not
+            # leave the others running.
+            await asyncio.gather(*(task.stop() for task in self.tasks.values()))
             pool, self.pool = self.pool, None
             if pool is not None:
                 await pool.close()
@@ -196,7 +197,10 @@ class Maintenance:
     async def stop(self) -> None:
         """Stop the tasks and release leadership."""
         self._looping = False
-        await self.leader.stop()
+        try:
+            await self.leader.stop()
+        finally:
+            await self._term(False)  # whatever state the term was left in
 
     async def elect(self) -> bool:
         """One election round without loops (tests drive ``run_once`` after it)."""

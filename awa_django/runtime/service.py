@@ -36,12 +36,21 @@ class Service(Protocol):
     async def stop(self) -> None: ...
 
 
-async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
-    """Cancel a service's loop task and wait until it has unwound."""
-    if task is not None:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+# How long stop() waits for a cancelled loop to unwind (psycopg may spend a
+# few seconds cancelling a running statement) before giving up on it.
+STOP_TIMEOUT = 15.0
+
+
+async def cancel_and_wait(task: asyncio.Task[Any] | None, timeout: float = STOP_TIMEOUT) -> None:
+    """Cancel a service's loop task and wait (bounded) until it has unwound."""
+    if task is None:
+        return
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    if not done:
+        log.error("%s did not stop within %ss; abandoning it", task.get_name(), timeout)
+    elif not task.cancelled() and task.exception() is not None:
+        log.warning("%s ended with %r", task.get_name(), task.exception())
 
 
 async def close_quietly(conn: psycopg.AsyncConnection[Any] | None) -> None:
@@ -88,6 +97,11 @@ class PeriodicService(Generic[R]):
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                # A driver turned our cancellation into an error of its own:
+                # stopping wins over retrying on the next tick.
+                raise asyncio.CancelledError from exc
             self.failures += 1
             log.warning("%s failed: %s", self.name, exc, exc_info=log.isEnabledFor(logging.DEBUG))
             return None
