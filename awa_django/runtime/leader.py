@@ -10,8 +10,11 @@ it the moment that session ends.  So:
 * a leader that is killed (or whose connection drops) frees the lock at
   once, and a standby takes over on its next attempt: failover takes at most
   one interval after PostgreSQL notices the session is gone -- immediate for
-  a killed process, bounded by TCP keepalives (about 25 s with the settings
-  below) for a vanished host;
+  a killed process; for a host that vanished without closing its TCP
+  connection, the *server* has to notice, so the election session sets the
+  server-side ``tcp_keepalives_*`` and ``tcp_user_timeout`` (below: about
+  25 s) as well as libpq's client-side keepalives.  Without them the server
+  keeps a dead peer's session, and its lock, for the OS default of ~2 hours;
 * a leader learns it lost the lock on its next check (the statement fails or
   reports no lock) and steps down: its term ends and its tasks stop.
 
@@ -37,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ..storage import AsyncRunner
 from ..storage import maintenance as store
@@ -45,13 +49,30 @@ from .service import PeriodicService, close_quietly
 
 log = logging.getLogger("awa_django.maintenance")
 
-# Notice a silently vanished peer in ~25 s instead of the kernel's hours.
+# Notice a silently vanished peer in ~25 s instead of the kernel's hours:
+# libpq's keepalives for the client side ...
 KEEPALIVES: dict[str, Any] = {
     "keepalives": 1,
     "keepalives_idle": 10,
     "keepalives_interval": 5,
     "keepalives_count": 3,
 }
+# ... and the same on the server's socket (ignored on Unix-domain sockets).
+SERVER_KEEPALIVES = {
+    "tcp_keepalives_idle": "10",
+    "tcp_keepalives_interval": "5",
+    "tcp_keepalives_count": "3",
+    "tcp_user_timeout": "25000",
+}
+
+
+def with_server_keepalives(conninfo: str) -> str:
+    """``conninfo`` whose ``options`` also set :data:`SERVER_KEEPALIVES`
+    (options the project configured are kept)."""
+    params = conninfo_to_dict(conninfo)
+    extra = " ".join(f"-c {name}={value}" for name, value in SERVER_KEEPALIVES.items())
+    params["options"] = f"{params['options']} {extra}" if params.get("options") else extra
+    return make_conninfo("", **params)
 
 
 def session_name(runtime_id: uuid.UUID) -> str:
@@ -105,7 +126,7 @@ class Leader(PeriodicService[bool]):
     async def _session(self) -> psycopg.AsyncConnection[Any]:
         if self._conn is None or self._conn.closed:
             self._conn = await psycopg.AsyncConnection.connect(
-                self.config.conninfo,
+                with_server_keepalives(self.config.conninfo),
                 autocommit=True,
                 application_name=session_name(self.config.runtime_id),
                 **KEEPALIVES,

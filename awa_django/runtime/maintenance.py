@@ -29,7 +29,7 @@ from psycopg_pool import AsyncConnectionPool
 from ..storage import AsyncRunner
 from ..storage import maintenance as store
 from .config import RESCUE_BATCH, RESCUE_PAUSE, MaintenanceConfig, PeriodicConfig
-from .leader import KEEPALIVES, Leader
+from .leader import KEEPALIVES, Leader, with_server_keepalives
 from .promoter import Promoter
 from .service import PeriodicService
 
@@ -132,7 +132,7 @@ class Maintenance:
 
     def _pool(self) -> AsyncConnectionPool[Any]:
         return AsyncConnectionPool(
-            self.config.conninfo,
+            with_server_keepalives(self.config.conninfo),
             min_size=1,
             max_size=8,
             open=False,

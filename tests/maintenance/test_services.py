@@ -137,3 +137,24 @@ def test_run_once_needs_and_uses_the_leadership(reset_awa, queue):
         "cleanup",
     }
     assert results["queue_ring"] == {"rotate": "skipped_idle", "prune": "already_pruned"}
+
+
+def test_the_election_session_has_server_side_keepalives(reset_awa):
+    leader = maintenance()
+
+    async def scenario():
+        await leader.elect()
+        try:
+            conn = leader.leader._conn
+            assert conn is not None
+            if conn.info.host.startswith("/"):
+                pytest.skip("TCP keepalive settings do not apply to a Unix-domain socket")
+            cursor = await conn.execute("SHOW tcp_user_timeout")
+            timeout = (await cursor.fetchone())[0]
+            cursor = await conn.execute("SHOW tcp_keepalives_idle")
+            idle = (await cursor.fetchone())[0]
+        finally:
+            await leader.stop()
+        return timeout, idle
+
+    assert asyncio.run(scenario()) == ("25000", "10")  # ms and s, as SHOW reports them
