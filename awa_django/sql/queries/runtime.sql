@@ -18,7 +18,8 @@ SELECT job_id, run_lease
                            %s::bigint[], %s::text[])
 
 -- name: promote_due
-SELECT awa.promote_due(%s)
+-- Busy lanes (a producer's open transaction) are skipped, never waited for.
+SELECT awa.promote_due_skip_busy(%s)
 
 -- name: queues_have_work
 SELECT awa.queues_have_work(%s::text[])
