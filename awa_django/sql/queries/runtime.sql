@@ -4,7 +4,7 @@
 -- name: claim_ready
 SELECT job_id, run_lease, kind, priority, effective_priority, attempt, max_attempts,
        args, kwargs, metadata, tags, errors, progress, claim_slot, batch_id, item, deadline_at
-  FROM awa.claim_ready(%s, %s, %s, make_interval(secs => %s), make_interval(secs => %s))
+  FROM awa.claim_ready_v2(%s, %s, %s, make_interval(secs => %s), make_interval(secs => %s))
 
 -- name: close_attempts
 SELECT job_id, run_lease
