@@ -117,6 +117,18 @@ class ClaimedJob:
     deadline_at: dt.datetime | None
 
 
+@dataclass(frozen=True, slots=True)
+class OpenReceipt:
+    """An attempt a claim handed out that nothing has closed yet."""
+
+    claim_slot: int
+    batch_id: int
+    item: int
+    job_id: int
+    run_lease: int
+    attempt: int
+
+
 @dataclass(slots=True)
 class Closure:
     """How one attempt ends; built by the executor, written by the completer.

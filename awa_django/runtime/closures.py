@@ -34,6 +34,7 @@ from ..records import (
     SCHEDULED,
     ClaimedJob,
     Closure,
+    OpenReceipt,
 )
 from .backoff import retry_delay
 
@@ -69,7 +70,7 @@ def _history(job: ClaimedJob, entry: dict[str, Any]) -> str:
     return json.dumps([*job.errors, entry], default=str)
 
 
-def _base(job: ClaimedJob, target: str, outcome: str, **fields: Any) -> Closure:
+def _base(job: ClaimedJob | OpenReceipt, target: str, outcome: str, **fields: Any) -> Closure:
     return Closure(
         job_id=job.job_id,
         run_lease=job.run_lease,
@@ -127,7 +128,7 @@ def snoozed(job: ClaimedJob, delay: float) -> Closure:
     )
 
 
-def handed_back(job: ClaimedJob) -> Closure:
+def handed_back(job: ClaimedJob | OpenReceipt) -> Closure:
     """Shutdown gave up on this attempt: run it again soon, uncounted."""
     return _base(job, SCHEDULED, "handed_back", run_at=_now(), attempt=job.attempt - 1)
 

@@ -14,7 +14,10 @@ in ``stale`` and logged, never applied.
   one-off paths).
 * :class:`BatchCompleter` collects closures and flushes them in ONE
   ``awa.close_attempts`` statement when it has ``batch_size`` of them or
-  ``flush_interval`` after the first one arrived (defaults 512 / 1 ms).
+  ``flush_interval`` after the first one arrived (defaults 512 / 1 ms).  A
+  flush that fails for a reason other than a lost connection is split until
+  the closures that fail on their own are isolated: one bad closure never
+  drops the completions of its 511 batch-mates.
 
 Both emit completion events: listeners registered with :meth:`subscribe`
 receive the list of :class:`CompletionEvent` of every flush (applied and
@@ -149,24 +152,45 @@ class BatchCompleter(Completer):
         if not batch:
             return 0
         closures = [closure for closure, _ in batch]
-        while True:
-            try:
-                won = await self._run(close_attempts(closures))
-                break
-            except (psycopg.OperationalError, psycopg.errors.AdminShutdown) as exc:
-                # The statement is idempotent per attempt: retrying after a
-                # lost connection at worst reports our own closures as stale.
-                log.warning("completion flush failed (%s); retrying", exc)
-                await asyncio.sleep(RETRY_DELAY)
-            except Exception as exc:
-                for _, future in batch:
-                    if not future.done():
-                        future.set_exception(exc)
-                return len(batch)
+        won, failed = await self._close(closures)
+        if failed:
+            for closure, future in batch:
+                error = failed.get((closure.job_id, closure.run_lease))
+                if error is not None and not future.done():
+                    future.set_exception(error)
+            keep = [i for i, (c, _) in enumerate(batch) if (c.job_id, c.run_lease) not in failed]
+            batch = [batch[i] for i in keep]
+            closures = [closures[i] for i in keep]
         for (_, future), applied in zip(batch, self._settle(closures, won), strict=True):
             if not future.done():
                 future.set_result(applied)
         return len(batch)
+
+    async def _close(
+        self, closures: list[Closure]
+    ) -> tuple[set[tuple[int, int]], dict[tuple[int, int], Exception]]:
+        """Write ``closures``; returns (attempts that won, errors of the unwritable).
+
+        A lost connection is retried as it is: the statement is idempotent per
+        attempt, so a retry at worst reports our own closures as stale.  Any
+        other error splits the batch in halves until the closures that fail
+        on their own are found; only those fail, each batch-mate is written.
+        """
+        while True:
+            try:
+                return await self._run(close_attempts(closures)), {}
+            except (psycopg.OperationalError, psycopg.errors.AdminShutdown) as exc:
+                log.warning("completion flush failed (%s); retrying", exc)
+                await asyncio.sleep(RETRY_DELAY)
+            except Exception as exc:
+                if len(closures) == 1:
+                    closure = closures[0]
+                    log.error("job %s: its completion cannot be written: %s", closure.job_id, exc)
+                    return set(), {(closure.job_id, closure.run_lease): exc}
+                half = len(closures) // 2
+                first, errors = await self._close(closures[:half])
+                second, more = await self._close(closures[half:])
+                return first | second, {**errors, **more}
 
     async def _loop(self) -> None:
         while True:

@@ -5,6 +5,14 @@ rescues receipts whose runtime's heartbeat went stale.  The same tick asks
 which of our in-flight attempts were closed by someone else (rescued,
 cancelled) and sets their contexts' cancellation flag, so a handler that
 polls ``ctx.is_cancelled()`` stops work nobody will accept any more.
+
+It also hands back orphaned receipts: open receipts of this runtime that
+it does not run.  A claim can commit while its response is lost (the
+connection dropped on the way back), and nothing would ever close those
+attempts -- stale-heartbeat rescue skips a live runtime, and a queue with
+``deadline=0`` has no deadline rescue -- so they would stay open and pin
+both rings.  Receipts younger than one heartbeat interval are left alone: a
+claim whose jobs are about to start may not be in memory yet.
 """
 
 from __future__ import annotations
@@ -15,7 +23,8 @@ import uuid
 from collections.abc import Sequence
 
 from ..storage import AsyncRunner, runtimes
-from ..storage.attempts import closed_attempts
+from ..storage.attempts import close_attempts, closed_attempts, orphaned_receipts
+from .closures import handed_back
 from .config import PeriodicConfig
 from .inflight import Inflight, nothing_inflight
 from .service import PeriodicService
@@ -23,7 +32,7 @@ from .service import PeriodicService
 log = logging.getLogger("awa_django.worker")
 
 
-class Heartbeat(PeriodicService[int]):
+class Heartbeat(PeriodicService[dict[str, int]]):
     name = "heartbeat"
 
     def __init__(
@@ -44,8 +53,9 @@ class Heartbeat(PeriodicService[int]):
     async def unregister(self) -> None:
         await self._run(runtimes.unregister(self.runtime_id))
 
-    async def run_once(self) -> int:
-        """Refresh the heartbeat; returns how many in-flight attempts were cancelled."""
+    async def run_once(self) -> dict[str, int]:
+        """Refresh the heartbeat, cancel attempts closed elsewhere, hand back
+        orphaned receipts; returns how many of each."""
         running = {(job.job_id, job.run_lease): (job, ctx) for job, ctx in self._inflight()}
         await self._run(runtimes.heartbeat(self.runtime_id))
         closed = await self._run(closed_attempts([job for job, _ in running.values()]))
@@ -56,4 +66,13 @@ class Heartbeat(PeriodicService[int]):
                     "job %s attempt %s was closed elsewhere; cancelling it", job.job_id, job.attempt
                 )
                 ctx.cancel()
-        return len(closed)
+        receipts = await self._run(orphaned_receipts(self.runtime_id, self.config.interval))
+        # Read the in-flight set again: a claim may have landed meanwhile.
+        held = {(job.job_id, job.run_lease) for job, _ in self._inflight()} | running.keys()
+        orphans = [r for r in receipts if (r.job_id, r.run_lease) not in held]
+        handed = 0
+        if orphans:
+            won = await self._run(close_attempts([handed_back(r) for r in orphans]))
+            handed = len(won)
+            log.warning("handed back %s orphaned receipts of this runtime", handed)
+        return {"cancelled": len(closed), "handed_back": handed}

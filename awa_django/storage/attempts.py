@@ -13,7 +13,7 @@ import json
 import uuid
 from collections.abc import Sequence
 
-from ..records import COMPLETED, ClaimedJob, Closure
+from ..records import COMPLETED, ClaimedJob, Closure, OpenReceipt
 from .base import Execute, Row, Steps, int_array, operation, single
 
 
@@ -149,6 +149,13 @@ def closed_attempts(attempts: Sequence[ClaimedJob]) -> Steps[set[tuple[int, int]
         return set()
     rows = yield Execute.named("maintenance", "closed_attempts", attempt_keys(attempts))
     return _attempts(rows)
+
+
+@operation
+def orphaned_receipts(runtime_id: uuid.UUID, older_than: float) -> Steps[list[OpenReceipt]]:
+    """Open receipts of ``runtime_id`` claimed more than ``older_than`` seconds ago."""
+    rows = yield Execute.named("runtime", "orphaned_receipts", [runtime_id, older_than])
+    return [OpenReceipt(*row) for row in rows]
 
 
 @operation

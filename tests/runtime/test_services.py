@@ -8,6 +8,7 @@ the progress flusher writes only what changed.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 
 import pytest
@@ -73,9 +74,10 @@ def test_heartbeat_cancels_attempts_closed_elsewhere(queue):
         ctx = context_for(job)
         beat = Heartbeat(PeriodicConfig(30.0), run, runtime, lambda: [(job, ctx)])
         await beat.register([queue], 1)
-        assert await beat.run_once() == 0 and not ctx.is_cancelled()
+        assert await beat.run_once() == {"cancelled": 0, "handed_back": 0}
+        assert not ctx.is_cancelled()
         await run(close_attempts([closure_for(job, "cancelled")]))  # e.g. an operator
-        assert await beat.run_once() == 1
+        assert (await beat.run_once())["cancelled"] == 1
         await beat.unregister()
         return ctx
 
@@ -99,3 +101,51 @@ def test_progress_is_written_once_per_change(queue):
 
     asyncio.run(with_runner(scenario))
     assert ops.get_job(ref.id).progress == {"percent": 80, "message": "reading"}
+
+
+def test_heartbeat_hands_back_receipts_it_does_not_run(queue):
+    """A claim whose response was lost left receipts nobody runs."""
+    held_ref, lost_ref = JobFactory(queue=queue), JobFactory(queue=queue)
+
+    async def scenario(run: AsyncRunner):
+        runtime = uuid.uuid4()
+        held, lost = await run(claim(queue, 2, runtime, 0.0, 0.0))  # deadline 0: no rescue
+        assert (held.job_id, lost.job_id) == (held_ref.id, lost_ref.id)
+        ctx = context_for(held)
+        beat = Heartbeat(PeriodicConfig(30.0), run, runtime, lambda: [(held, ctx)])
+        await beat.register([queue], 1)
+        # Younger than one interval: perhaps a claim still being dispatched.
+        assert await beat.run_once() == {"cancelled": 0, "handed_back": 0}
+        beat.config = PeriodicConfig(0.001)
+        await asyncio.sleep(0.01)
+        assert await beat.run_once() == {"cancelled": 0, "handed_back": 1}
+        await beat.unregister()
+
+    asyncio.run(with_runner(scenario))
+    lost_info, held_info = ops.get_job(lost_ref.id), ops.get_job(held_ref.id)
+    assert (lost_info.state, lost_info.attempt) in {("available", 0), ("scheduled", 0)}
+    assert held_info.state == "running"
+
+
+def test_one_unwritable_closure_does_not_drop_its_batch_mates(queue):
+    made = [JobFactory(queue=queue) for _ in range(5)]
+
+    async def scenario(run: AsyncRunner):
+        jobs = await run(claim(queue, 5, uuid.uuid4(), 300.0, 0.0))
+        batch = BatchCompleter(CompleterConfig(batch_size=5, flush_interval=0.05), run)
+        await batch.start()
+        closures = [completed(job, None) for job in jobs]
+        # Not JSON: the database refuses this one closure.
+        closures[2] = dataclasses.replace(
+            closure_for(jobs[2], "failed"), errors="{not json", target="failed"
+        )
+        results = await asyncio.gather(*(batch.submit(c) for c in closures), return_exceptions=True)
+        await batch.stop()
+        return results, batch
+
+    results, batch = asyncio.run(with_runner(scenario))
+    assert [r for i, r in enumerate(results) if i != 2] == [True] * 4
+    assert isinstance(results[2], Exception)
+    assert batch.applied == 4
+    states = [ops.get_job(job.id).state for job in made]
+    assert states == ["completed", "completed", "running", "completed", "completed"]

@@ -32,3 +32,12 @@ UPDATE awa.runtime_instances SET heartbeat_at = now() WHERE id = %s
 
 -- name: unregister_runtime
 DELETE FROM awa.runtime_instances WHERE id = %s
+
+-- name: orphaned_receipts
+-- Open receipts of one runtime claimed before a grace period: the runtime
+-- compares them with what it runs (a claim whose response was lost leaves
+-- receipts nobody runs).
+SELECT claim_slot, batch_id, item, job_id, run_lease, attempt
+  FROM awa.open_receipts
+ WHERE runtime_id = %s AND claimed_at < clock_timestamp() - make_interval(secs => %s)
+ ORDER BY batch_id, item
