@@ -1,10 +1,11 @@
-"""Claims lock one lane at a time, and their cost does not follow the backlog.
+"""The hot path locks what it touches, one lane at a time.
 
 Two claimers of one queue split its lanes: while one holds a lane in an open
 transaction, the other still gets the jobs of the other lanes.  The relation
-locks a claim takes do not grow with the backlog either (each extra segment
-partition or index a claim touches would be a lock, and prune's ACCESS
-EXCLUSIVE on any of them would stall it).
+locks a claim or a close takes are bounded and do not grow with the backlog:
+every partition or index they touch is a lock, and a prune's ACCESS
+EXCLUSIVE request on any of them, queued behind one open transaction, would
+stall every claim and close behind it.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ import psycopg
 import pytest
 
 from awa_django.storage import SyncRunner
-from awa_django.storage.attempts import claim
+from awa_django.storage.attempts import claim, close_attempts
 from awa_django.storage.connection import conninfo
 from awa_django.storage.enqueue import enqueue_many, enqueue_one
-from tests.factories import JobFactory
+from tests.factories import JobFactory, closure_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -28,11 +29,13 @@ def _clean(reset_awa):
     yield
 
 
-def relation_locks(conn: psycopg.Connection) -> int:
-    return conn.execute(
-        "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'relation'"
-        " AND relation <> 'pg_locks'::regclass"
-    ).fetchone()[0]
+def relation_locks(conn: psycopg.Connection) -> list[str]:
+    """Relations this session holds a lock on (inside its open transaction)."""
+    rows = conn.execute(
+        "SELECT relation::regclass::text FROM pg_locks WHERE pid = pg_backend_pid()"
+        " AND locktype = 'relation' AND relation <> 'pg_locks'::regclass"
+    ).fetchall()
+    return [name for (name,) in rows]
 
 
 def test_a_claimer_holding_one_lane_leaves_the_others_to_the_next(queue):
@@ -68,4 +71,24 @@ def test_claim_locks_do_not_grow_with_the_backlog(queue, backlog):
     # Today: the claim ring's batch and sequence, the lane heads, one ready
     # slot (table, pkey, job index, tombstones) and every ready_segments
     # partition with its lane index.  The old claim took 80-100.
-    assert locks <= 56, locks
+    assert len(locks) <= 56, locks
+    assert len({name for name in locks if name.startswith("awa.ready_entries_")}) <= 3, locks
+
+
+@pytest.mark.parametrize(("target", "bound"), [("completed", 20), ("retryable", 30)])
+def test_a_close_locks_its_own_partitions_only(queue, target, bound):
+    with psycopg.connect(conninfo(), autocommit=True) as conn:
+        run = SyncRunner(conn)
+        run(enqueue_many([JobFactory.build(queue=queue) for _ in range(20)]))
+        jobs = run(claim(queue, 10, uuid.uuid4(), 300.0, 0.0))
+        with conn.transaction():
+            won = run(close_attempts([closure_for(job, target) for job in jobs]))
+            locks = relation_locks(conn)
+    assert len(won) == 10
+    # The old close took ~130: every claim-ring and queue-ring partition.
+    assert len(locks) <= bound, locks
+    ready = {name for name in locks if name.startswith("awa.ready_entries")}
+    if target == "completed":
+        assert ready == set(), "an all-success close must not read the queue ring"
+    else:
+        assert len(ready) <= 4, ready  # parent + one slot's table and indexes
