@@ -12,6 +12,7 @@ import dataclasses
 import uuid
 
 import pytest
+from django.db import connection
 from psycopg_pool import AsyncConnectionPool
 
 from awa_django import ops
@@ -22,7 +23,7 @@ from awa_django.runtime.executor import context_for
 from awa_django.runtime.heartbeat import Heartbeat
 from awa_django.runtime.progress import ProgressFlusher
 from awa_django.storage import AsyncRunner
-from awa_django.storage.attempts import claim, close_attempts
+from awa_django.storage.attempts import claim, close_attempts, record_progress
 from awa_django.storage.connection import conninfo
 from tests.factories import JobFactory, closure_for
 
@@ -98,9 +99,25 @@ def test_progress_is_written_once_per_change(queue):
         assert await flusher.run_once() == 0  # unchanged since
         ctx.set_progress(80)
         assert await flusher.run_once() == 1
+        return job, ctx
 
-    asyncio.run(with_runner(scenario))
+    job, ctx = asyncio.run(with_runner(scenario))
     assert ops.get_job(ref.id).progress == {"percent": 80, "message": "reading"}
+
+    async def close_then_report(run: AsyncRunner):
+        assert await run(close_attempts([closure_for(job, "retryable")])) == {
+            (job.job_id, job.run_lease)
+        }
+        ctx.set_progress(90)  # too late: the attempt is closed
+        return await run(record_progress([(job, ctx.progress_snapshot()[1])]))
+
+    assert asyncio.run(with_runner(close_then_report)) == set()
+    info = ops.get_job(ref.id)
+    # The retry keeps the last progress written; the attempt's state row is gone.
+    assert (info.state, info.progress) == ("retryable", {"percent": 80, "message": "reading"})
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM awa.attempt_state WHERE job_id = %s", [ref.id])
+        assert cursor.fetchone()[0] == 0
 
 
 def test_heartbeat_hands_back_receipts_it_does_not_run(queue):

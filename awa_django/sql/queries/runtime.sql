@@ -14,7 +14,7 @@ SELECT job_id, run_lease
 
 -- name: record_progress
 SELECT job_id, run_lease
-  FROM awa.record_progress(%s::smallint[], %s::bigint[], %s::integer[], %s::bigint[],
+  FROM awa.record_progress_v2(%s::smallint[], %s::bigint[], %s::integer[], %s::bigint[],
                            %s::bigint[], %s::text[])
 
 -- name: promote_due

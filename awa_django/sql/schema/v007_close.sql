@@ -16,7 +16,12 @@
 --   planned with their actual values, so partitions are pruned at plan time
 --   and only those read are locked.
 --
--- awa.close_attempts stays for workers of the previous release.
+-- awa.record_progress_v2 takes the claim-batch lock before writing, like a
+-- close, so progress can never be written after its attempt closed.  The
+-- closes delete the attempt's attempt_state row.
+--
+-- awa.close_attempts and awa.record_progress stay for workers of the
+-- previous release.
 
 SET LOCAL client_min_messages = warning;
 SELECT pg_advisory_xact_lock(hashtext('awa_django.substrate'));
@@ -100,6 +105,12 @@ BEGIN
                    array_agg(w.lane_seq ORDER BY w.item), array_agg(w.result ORDER BY w.item)
               FROM won w
              GROUP BY w.ready_slot, w.queue, w.batch_id, w.claimed_at
+        ), forgotten AS (
+            -- A closed attempt's mutable state goes with it (its progress
+            -- is cleared on completion).
+            DELETE FROM awa.attempt_state s
+             USING won w
+             WHERE s.job_id = w.job_id AND s.run_lease = w.run_lease
         )
         SELECT w.job_id, w.run_lease FROM won w;
         RETURN;
@@ -221,7 +232,43 @@ BEGIN
                t.claimed_at
           FROM settled t
          WHERE t.target = 'dlq'
+    ), forgotten AS (
+        -- Progress was carried into the deferred / done / DLQ row above.
+        DELETE FROM awa.attempt_state s
+         USING won w
+         WHERE s.job_id = w.job_id AND s.run_lease = w.run_lease
     )
     SELECT w.job_id, w.run_lease FROM won w;
+END
+$$;
+
+-- Record progress of live attempts (one statement for many) under the same
+-- claim-batch lock as close_attempts_v2, so a progress write can never land
+-- after its attempt closed.  Only attempts whose receipt is still open are
+-- written; returns the ones written.
+CREATE OR REPLACE FUNCTION awa.record_progress_v2(
+    p_claim_slots smallint[], p_batch_ids bigint[], p_items integer[], p_job_ids bigint[],
+    p_run_leases bigint[], p_progress text[])
+RETURNS TABLE (job_id bigint, run_lease bigint)
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
+    PERFORM 1
+       FROM awa.lease_claim_batches b
+      WHERE b.claim_slot = ANY (p_claim_slots)
+        AND (b.batch_id, b.claim_slot) IN (SELECT DISTINCT x.batch_id, x.claim_slot
+                                             FROM unnest(p_batch_ids, p_claim_slots)
+                                                  AS x(batch_id, claim_slot))
+      ORDER BY b.batch_id
+        FOR UPDATE;
+    RETURN QUERY
+    INSERT INTO awa.attempt_state AS s (job_id, run_lease, progress, updated_at)
+    SELECT i.job_id, i.run_lease, i.progress::jsonb, now()
+      FROM unnest(p_claim_slots, p_batch_ids, p_items, p_job_ids, p_run_leases, p_progress)
+           AS i(claim_slot, batch_id, item, job_id, run_lease, progress)
+     WHERE awa.attempt_is_open(i.claim_slot, i.batch_id, i.item, i.job_id, i.run_lease)
+    ON CONFLICT ON CONSTRAINT attempt_state_pkey
+    DO UPDATE SET progress = EXCLUDED.progress, updated_at = EXCLUDED.updated_at
+    RETURNING s.job_id, s.run_lease;
 END
 $$;
