@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeAlias, TypeVar
@@ -85,6 +86,12 @@ class Operation(Generic[T_co]):
     def __repr__(self) -> str:
         return f"<Operation {self.name}{' (atomic)' if self.atomic else ''}>"
 
+    def take_steps(self) -> Steps[T_co]:
+        """The steps, once: an operation is a single run (build a new one to repeat it)."""
+        if inspect.getgeneratorstate(self.steps) != inspect.GEN_CREATED:
+            raise RuntimeError(f"{self!r} has already run; call the operation again")
+        return self.steps
+
 
 def operation(func: Callable[P, Steps[T]]) -> Callable[P, Operation[T]]:
     """Declare a storage operation: ``func`` yields statements, returns the result."""
@@ -118,7 +125,7 @@ def int_array(values: Sequence[int]) -> str:
 
 
 def _drive(op: Operation[T], execute: Callable[[Step], list[Row]]) -> T:
-    steps = op.steps
+    steps = op.take_steps()
     try:
         step = next(steps)
         while True:
@@ -203,7 +210,7 @@ class AsyncRunner:
 
     @staticmethod
     async def _drive(conn: psycopg.AsyncConnection[Any], op: Operation[T]) -> T:
-        steps = op.steps
+        steps = op.take_steps()
         rows: list[Row] | None = None
         try:
             step = next(steps)
