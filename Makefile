@@ -2,8 +2,9 @@
 #   make demo   - install, migrate, enqueue the demo jobs and show them
 #   make test   - install and run the whole test suite
 # Both use $DATABASE_URL, or start an embedded PostgreSQL (pgserver) when unset.
-# make lint (ruff check + format check) and make typecheck (mypy, configured in
-# pyproject.toml) need no database; .ci/run runs both before the tests.
+# make lint (ruff check + format check), make typecheck (mypy, configured in
+# pyproject.toml) and make docs (the Sphinx site in docs/, warnings are errors)
+# need no database; .ci/run runs all three before the tests.
 # CI picks the interpreter and Django line: make test PYTHON=python3.12 DJANGO='Django>=6.1,<6.2'
 
 PYTHON ?= python3
@@ -12,7 +13,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell echo '$(DJANGO)' | md5sum | cut -c1-8)
 
-.PHONY: demo test lint typecheck clean
+.PHONY: demo test lint typecheck docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,5 +35,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
+# Every warning (an unresolved reference, a broken include) fails the build.
+docs: $(STAMP)
+	rm -rf docs/_build
+	$(VENV)/bin/sphinx-build -W --keep-going -b html docs docs/_build/html
+
 clean:
-	rm -rf .venv .venv-* .pgdata .pytest_cache .hypothesis .mypy_cache
+	rm -rf .venv .venv-* .pgdata .pytest_cache .hypothesis .mypy_cache docs/_build

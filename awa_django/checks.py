@@ -23,9 +23,10 @@ from .storage import substrate
 from .storage.base import run
 
 APP_LABEL = "awa_django"
-SETTINGS_HINT = (
-    "The AwaSettings and QueueConfig classes in awa_django.conf document every key and its default."
-)
+# Where the hints send readers: a page of the documentation (docs/ in the
+# source distribution), never a file a user of the package does not have.
+SETTINGS_REFERENCE = "the awa_django settings reference (docs/reference/settings)"
+SETTINGS_HINT = f"Every key, its accepted values and its default: see {SETTINGS_REFERENCE}."
 
 
 def _parsed() -> tuple[AwaSettings, list[Error]]:
@@ -42,7 +43,8 @@ def check_settings(
     messages.extend(
         CheckWarning(
             str(problem),
-            hint="Leave it at its default (or remove it) until a release implements it.",
+            hint="Leave it at its default (or remove it) until a release implements it; "
+            f"see {SETTINGS_REFERENCE}.",
             id="awa_django.W001",
         )
         for problem in unimplemented_settings(parsed)

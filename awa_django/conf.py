@@ -13,6 +13,13 @@ key in lower case (``HEARTBEAT_INTERVAL`` -> ``heartbeat_interval``; queue
 options keep their names).  Durations accept seconds (int/float) or
 ``datetime.timedelta`` and are stored as float seconds.
 
+Each key also carries a one-line description (:data:`SETTING_DESCRIPTIONS`,
+:data:`QUEUE_OPTION_DESCRIPTIONS`) and its parser a summary of the values it
+accepts; :func:`documented_settings` and :func:`documented_queue_options`
+combine them with the defaults, and the settings reference of the
+documentation is generated from them.  A test fails when a key the parser
+accepts has no description.
+
 Some settings are accepted, so a settings file may already name them, but
 do nothing yet.  They are listed in :data:`NOT_IMPLEMENTED` and
 :data:`NOT_IMPLEMENTED_QUEUE_OPTIONS`, and :func:`unimplemented_settings`
@@ -23,10 +30,11 @@ no-op.  Remove an entry when its feature lands.
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
@@ -37,8 +45,6 @@ QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 DEFAULT_MAX_ATTEMPTS = 25
 DEFAULT_PRIORITY = 2
 DEFAULT_QUEUE = "default"
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -129,6 +135,18 @@ class _InvalidError(Exception):
     pass
 
 
+@dataclass(frozen=True)
+class _Parser:
+    """A value parser and what it accepts, in words (for messages and the docs)."""
+
+    parse: Callable[[Any], Any]
+    accepts: str
+    duration: bool = False
+
+    def __call__(self, value: Any) -> Any:
+        return self.parse(value)
+
+
 # --- value parsers: each returns the parsed value or raises _InvalidError ---------
 
 
@@ -165,11 +183,11 @@ def _bool(value: Any) -> bool:
     return value
 
 
-def _optional(parser: Callable[[Any], T]) -> Callable[[Any], T | None]:
-    def parse(value: Any) -> T | None:
+def _optional(parser: _Parser) -> _Parser:
+    def parse(value: Any) -> Any:
         return None if value is None else parser(value)
 
-    return parse
+    return _Parser(parse, f"{parser.accepts}, or None", parser.duration)
 
 
 def _database(value: Any) -> str:
@@ -198,53 +216,77 @@ def _rate_limit(value: Any) -> RateLimit:
     return RateLimit(float(value[0]), _int(value[1], low=1))
 
 
-def _bounded(low: int, high: int | None = None) -> Callable[[Any], int]:
-    return lambda value: _int(value, low, high)
+def _bounded(low: int, high: int | None = None) -> _Parser:
+    accepts = f"integer >= {low}" if high is None else f"integer {low} to {high}"
+    return _Parser(lambda value: _int(value, low, high), accepts)
 
 
-_QUEUE_KEYS: dict[str, Callable[[Any], Any]] = {
+_SECONDS = _Parser(_duration, "seconds (int, float or timedelta) >= 0", duration=True)
+_POSITIVE_SECONDS = _Parser(
+    _positive_duration, "seconds (int, float or timedelta) > 0", duration=True
+)
+_BOOL = _Parser(_bool, "True or False")
+
+_QUEUE_KEYS: dict[str, _Parser] = {
     "max_workers": _bounded(1),
-    "rate_limit": _optional(_rate_limit),
-    "deadline": _duration,
-    "poll_interval": _positive_duration,
+    "rate_limit": _optional(_Parser(_rate_limit, "(max_rate, burst): jobs/s > 0, burst >= 1")),
+    "deadline": _SECONDS,
+    "poll_interval": _POSITIVE_SECONDS,
     "min_workers": _bounded(0),
     "weight": _bounded(1),
     "claimers": _bounded(1, 64),
     "claim_batch_size": _bounded(1, 10_000),
-    "priority_aging_interval": _duration,
+    "priority_aging_interval": _SECONDS,
 }
 
-_TOP_KEYS: dict[str, Callable[[Any], Any]] = {
-    "DATABASE": _database,
+_TOP_KEYS: dict[str, _Parser] = {
+    "DATABASE": _Parser(_database, "an alias of settings.DATABASES"),
     "GLOBAL_MAX_WORKERS": _optional(_bounded(1)),
-    "DLQ_ENABLED_BY_DEFAULT": _bool,
-    "CALLBACK_HMAC_SECRET": _optional(_secret),
-    "ADMIN_READ_ONLY": _bool,
+    "DLQ_ENABLED_BY_DEFAULT": _BOOL,
+    "CALLBACK_HMAC_SECRET": _optional(_Parser(_secret, "non-empty str or bytes")),
+    "ADMIN_READ_ONLY": _BOOL,
     "MAX_PAYLOAD_BYTES": _bounded(1),
-    "HEARTBEAT_INTERVAL": _positive_duration,
-    "HEARTBEAT_STALENESS": _positive_duration,
-    "HEARTBEAT_RESCUE_INTERVAL": _positive_duration,
-    "DEADLINE_RESCUE_INTERVAL": _positive_duration,
-    "CALLBACK_RESCUE_INTERVAL": _positive_duration,
-    "PROMOTE_INTERVAL": _positive_duration,
+    "HEARTBEAT_INTERVAL": _POSITIVE_SECONDS,
+    "HEARTBEAT_STALENESS": _POSITIVE_SECONDS,
+    "HEARTBEAT_RESCUE_INTERVAL": _POSITIVE_SECONDS,
+    "DEADLINE_RESCUE_INTERVAL": _POSITIVE_SECONDS,
+    "CALLBACK_RESCUE_INTERVAL": _POSITIVE_SECONDS,
+    "PROMOTE_INTERVAL": _POSITIVE_SECONDS,
     "QUEUE_SLOT_COUNT": _bounded(4, 256),
     "LEASE_SLOT_COUNT": _bounded(2, 256),
     "CLAIM_SLOT_COUNT": _bounded(2, 256),
     "QUEUE_STRIPE_COUNT": _bounded(1, 64),
-    "QUEUE_ROTATE_INTERVAL": _positive_duration,
-    "LEASE_ROTATE_INTERVAL": _positive_duration,
-    "CLAIM_ROTATE_INTERVAL": _optional(_positive_duration),
-    "FAILED_RETENTION": _duration,
-    "DLQ_RETENTION": _duration,
-    "DESCRIPTOR_RETENTION": _duration,
-    "CLEANUP_INTERVAL": _positive_duration,
+    "QUEUE_ROTATE_INTERVAL": _POSITIVE_SECONDS,
+    "LEASE_ROTATE_INTERVAL": _POSITIVE_SECONDS,
+    "CLAIM_ROTATE_INTERVAL": _optional(_POSITIVE_SECONDS),
+    "FAILED_RETENTION": _SECONDS,
+    "DLQ_RETENTION": _SECONDS,
+    "DESCRIPTOR_RETENTION": _SECONDS,
+    "CLEANUP_INTERVAL": _POSITIVE_SECONDS,
     "CLEANUP_BATCH_SIZE": _bounded(1),
-    "TERMINAL_COUNT_ROLLUP_INTERVAL": _positive_duration,
+    "TERMINAL_COUNT_ROLLUP_INTERVAL": _POSITIVE_SECONDS,
     "COMPLETION_BATCH_SIZE": _bounded(1, 10_000),
-    "COMPLETION_FLUSH_INTERVAL": _duration,
+    "COMPLETION_FLUSH_INTERVAL": _SECONDS,
     "BATCH_OP_RETENTION_DAYS": _bounded(1),
 }
-_STRUCTURED_KEYS = {"QUEUES", "QUEUE_DLQ"}
+# Keys holding a dict, parsed by their own functions below.
+_STRUCTURED_ACCEPTS: Mapping[str, str] = {
+    "QUEUES": "dict: queue name -> dict of queue options",
+    "QUEUE_DLQ": "dict: queue name -> True or False",
+}
+_STRUCTURED_KEYS = set(_STRUCTURED_ACCEPTS)
+
+
+def _unknown(what: str, key: Any, valid: Collection[str], *, upper: bool) -> str:
+    """Message for an unknown key: the nearest valid one, or the list of valid ones."""
+    if isinstance(key, str):
+        candidates = {name.upper() if upper else name.lower(): name for name in valid}
+        close = difflib.get_close_matches(
+            key.upper() if upper else key.lower(), list(candidates), n=1, cutoff=0.6
+        )
+        if close:
+            return f"unknown {what}; did you mean {candidates[close[0]]!r}?"
+    return f"unknown {what}; valid {what}s: {', '.join(sorted(valid))}"
 
 
 def _parse_queues(raw: Any, problems: list[ConfigProblem]) -> dict[str, QueueConfig]:
@@ -271,7 +313,7 @@ def _parse_queues(raw: Any, problems: list[ConfigProblem]) -> dict[str, QueueCon
                 problems.append(
                     ConfigProblem(
                         f"{where}][{key!r}",
-                        f"unknown queue option; valid options: {', '.join(sorted(_QUEUE_KEYS))}",
+                        _unknown("queue option", key, _QUEUE_KEYS.keys(), upper=False),
                     )
                 )
                 continue
@@ -317,8 +359,9 @@ def parse_settings(raw: Any) -> tuple[AwaSettings, list[ConfigProblem]]:
             except _InvalidError as exc:
                 problems.append(ConfigProblem(key, str(exc)))
         else:
-            valid = ", ".join(sorted(_TOP_KEYS.keys() | _STRUCTURED_KEYS))
-            problems.append(ConfigProblem(str(key), f"unknown setting; valid keys: {valid}"))
+            known = _TOP_KEYS.keys() | _STRUCTURED_KEYS
+            message = _unknown("setting", key, known, upper=True)
+            problems.append(ConfigProblem(str(key), message))
     parsed = AwaSettings(**values)
     if parsed.heartbeat_staleness < parsed.heartbeat_interval * 2:
         problems.append(
@@ -392,3 +435,128 @@ def unimplemented_settings(settings: AwaSettings) -> list[ConfigProblem]:
             if getattr(queue, option) != getattr(default, option)
         )
     return found
+
+
+# --- one line per key for the settings reference (a test keeps these complete)
+
+SETTING_DESCRIPTIONS: Mapping[str, str] = {
+    "DATABASE": "Database alias holding the ``awa`` schema (PostgreSQL). Enqueue, ``ops`` "
+    "and the workers use it unless given ``database=``.",
+    "QUEUES": "The queues and their options (see the queue options). ``awa_worker`` "
+    "without ``--queue`` runs every queue listed here; a queue not listed runs with the "
+    "default options.",
+    "QUEUE_DLQ": "Per-queue override of ``DLQ_ENABLED_BY_DEFAULT``.",
+    "DLQ_ENABLED_BY_DEFAULT": "Jobs that fail terminally move to the dead-letter table "
+    "(state ``dlq``) instead of becoming ``failed``.",
+    "GLOBAL_MAX_WORKERS": "Cap on the jobs one worker process runs at once, across its queues.",
+    "CALLBACK_HMAC_SECRET": "Key that signs requests of the external-callback receiver.",
+    "ADMIN_READ_ONLY": "Make the admin pages read-only.",
+    "MAX_PAYLOAD_BYTES": "Largest JSON text of a job's args plus kwargs, in bytes; a bigger "
+    "enqueue raises ``InvalidJob``.",
+    "HEARTBEAT_INTERVAL": "How often a worker process refreshes its heartbeat (one UPDATE "
+    "covers every attempt it runs).",
+    "HEARTBEAT_STALENESS": "A worker whose heartbeat is older than this is presumed dead and "
+    "its attempts are rescued. At least 2x ``HEARTBEAT_INTERVAL``.",
+    "HEARTBEAT_RESCUE_INTERVAL": "How often the leader rescues attempts of workers with a "
+    "stale heartbeat.",
+    "DEADLINE_RESCUE_INTERVAL": "How often the leader rescues attempts that ran past their "
+    "queue's ``deadline``.",
+    "CALLBACK_RESCUE_INTERVAL": "How often the leader times out callbacks nobody answered.",
+    "PROMOTE_INTERVAL": "How often the leader moves due scheduled, retryable and snoozed jobs "
+    "into the ready ring.",
+    "QUEUE_SLOT_COUNT": "Partitions of the queue ring. A leader adds missing slots when its "
+    "term starts; a ring never shrinks.",
+    "LEASE_SLOT_COUNT": "Partitions of the lease ring (grows like ``QUEUE_SLOT_COUNT``).",
+    "CLAIM_SLOT_COUNT": "Partitions of the claim ring (grows like ``QUEUE_SLOT_COUNT``).",
+    "QUEUE_STRIPE_COUNT": "Stripes each queue's storage is split into.",
+    "QUEUE_ROTATE_INTERVAL": "How often the leader rotates the queue ring and tries to prune "
+    "its oldest slot; times ``QUEUE_SLOT_COUNT`` it is how long terminal history lasts.",
+    "LEASE_ROTATE_INTERVAL": "How often the leader rotates and prunes the lease ring.",
+    "CLAIM_ROTATE_INTERVAL": "How often the leader rotates and prunes the claim ring; "
+    "``None`` follows ``QUEUE_ROTATE_INTERVAL``.",
+    "FAILED_RETENTION": "How long failed jobs stay queryable: prune carries younger failed "
+    "rows into the current slot.",
+    "DLQ_RETENTION": "Age at which cleanup deletes dead-letter rows.",
+    "DESCRIPTOR_RETENTION": "How long entries of the job descriptor catalog are kept.",
+    "CLEANUP_INTERVAL": "How often the leader deletes stale runtime rows, expired dead-letter "
+    "rows and old ring-ledger rows.",
+    "CLEANUP_BATCH_SIZE": "Most runtime rows and dead-letter rows one cleanup run deletes.",
+    "TERMINAL_COUNT_ROLLUP_INTERVAL": "How often terminal counts are folded into the "
+    "permanent counters.",
+    "COMPLETION_BATCH_SIZE": "Most completions a worker writes in one statement.",
+    "COMPLETION_FLUSH_INTERVAL": "Longest a completion waits for its batch to fill before "
+    "the worker writes it.",
+    "BATCH_OP_RETENTION_DAYS": "Days the records of batch operations are kept.",
+}
+
+QUEUE_OPTION_DESCRIPTIONS: Mapping[str, str] = {
+    "max_workers": "Jobs of the queue one worker process runs at once (its permits); "
+    "``awa_worker --queue NAME:N`` overrides it.",
+    "rate_limit": "Token bucket on job starts, applied by each worker process on its own; "
+    "``None``: unlimited.",
+    "deadline": "An attempt running longer is cancelled (``ctx.is_cancelled()``) and rescued "
+    "by the leader: retried, or failed once its attempts are spent. ``0``: no deadline.",
+    "poll_interval": "How often an idle worker claims without being woken by NOTIFY.",
+    "min_workers": "Permits reserved for the queue whatever the other queues do.",
+    "weight": "Share of a worker's capacity relative to its other queues.",
+    "claimers": "Concurrent claim loops per worker process for the queue.",
+    "claim_batch_size": "Most jobs one claim statement takes (never more than the free permits).",
+    "priority_aging_interval": "A lane whose oldest job has waited this long is claimed one "
+    "priority level more urgent per interval waited (never above 1). ``0``: no aging.",
+}
+
+
+@dataclass(frozen=True)
+class SettingDoc:
+    """One row of the settings reference."""
+
+    key: str
+    accepts: str
+    default: Any
+    description: str
+    duration: bool = False
+    not_implemented: str | None = None
+
+
+def documented_settings() -> list[SettingDoc]:
+    """Every top-level ``AWA`` key with its accepted values, default and description."""
+    defaults = AwaSettings()
+    rows = []
+    for key in sorted(_TOP_KEYS.keys() | _STRUCTURED_KEYS):
+        default: Any
+        if key == "QUEUES":
+            default = {name: {} for name in defaults.queues}
+            accepts, duration = _STRUCTURED_ACCEPTS[key], False
+        elif key in _STRUCTURED_ACCEPTS:
+            default = dict(getattr(defaults, key.lower()))
+            accepts, duration = _STRUCTURED_ACCEPTS[key], False
+        else:
+            default = getattr(defaults, key.lower())
+            accepts, duration = _TOP_KEYS[key].accepts, _TOP_KEYS[key].duration
+        rows.append(
+            SettingDoc(
+                key,
+                accepts,
+                default,
+                SETTING_DESCRIPTIONS.get(key, ""),
+                duration,
+                NOT_IMPLEMENTED.get(key),
+            )
+        )
+    return rows
+
+
+def documented_queue_options() -> list[SettingDoc]:
+    """Every queue option with its accepted values, default and description."""
+    defaults = QueueConfig(DEFAULT_QUEUE)
+    return [
+        SettingDoc(
+            option,
+            parser.accepts,
+            getattr(defaults, option),
+            QUEUE_OPTION_DESCRIPTIONS.get(option, ""),
+            parser.duration,
+            NOT_IMPLEMENTED_QUEUE_OPTIONS.get(option),
+        )
+        for option, parser in _QUEUE_KEYS.items()
+    ]

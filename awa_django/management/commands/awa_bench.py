@@ -29,22 +29,72 @@ class Command(BaseCommand):
     help = (
         "Benchmark this installation: COPY and single enqueue, drain of N no-op jobs, "
         "pickup latency at a fixed rate, WAL bytes/commits per job, dead tuples, schema size. "
-        "Use a dedicated database."
+        "Use a dedicated database. Example: manage.py awa_bench --jobs 5000 --json report.json"
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--jobs", type=int, default=20_000, help="Jobs to enqueue and drain.")
-        parser.add_argument("--workers", type=int, default=512, help="Worker permits.")
-        parser.add_argument("--processes", type=int, default=1, help="Worker processes.")
-        parser.add_argument("--handler", choices=("async", "sync"), default="async")
-        parser.add_argument("--rate", type=float, default=200.0, help="Offered jobs/s (latency).")
-        parser.add_argument("--duration", type=float, default=20.0, help="Seconds (latency).")
-        parser.add_argument("--queue", default="awa_bench")
         parser.add_argument(
-            "--skip", action="append", default=[], choices=STAGES, help="Skip a stage."
+            "--jobs",
+            type=int,
+            default=20_000,
+            metavar="N",
+            help="No-op jobs to enqueue and then drain (default 20000).",
         )
-        parser.add_argument("--json", metavar="PATH", help="Also write the report as JSON.")
-        parser.add_argument("--database", default=None, help="Database alias holding the queue.")
+        parser.add_argument(
+            "--workers",
+            type=int,
+            default=512,
+            metavar="N",
+            help="Permits (max_workers) per worker process on the bench queue (default 512).",
+        )
+        parser.add_argument(
+            "--processes",
+            type=int,
+            default=1,
+            metavar="N",
+            help="Worker processes for the drain (default 1).",
+        )
+        parser.add_argument(
+            "--handler",
+            choices=("async", "sync"),
+            default="async",
+            help="Run the no-op job as an async def handler on the event loop or as a plain "
+            "function in handler threads (default async).",
+        )
+        parser.add_argument(
+            "--rate",
+            type=float,
+            default=200.0,
+            metavar="JOBS_PER_S",
+            help="Offered rate of the pickup-latency stage (default 200).",
+        )
+        parser.add_argument(
+            "--duration",
+            type=float,
+            default=20.0,
+            metavar="SECONDS",
+            help="Length of the pickup-latency stage (default 20).",
+        )
+        parser.add_argument(
+            "--queue",
+            default="awa_bench",
+            metavar="NAME",
+            help="Queue the benchmark jobs go to (default awa_bench).",
+        )
+        parser.add_argument(
+            "--skip",
+            action="append",
+            default=[],
+            choices=STAGES,
+            help="Skip a stage (repeatable), e.g. --skip latency.",
+        )
+        parser.add_argument("--json", metavar="PATH", help="Also write the report as JSON to PATH.")
+        parser.add_argument(
+            "--database",
+            default=None,
+            metavar="ALIAS",
+            help="Database alias holding the queue (default: AWA['DATABASE']).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["jobs"] < 1 or options["workers"] < 1 or options["processes"] < 1:

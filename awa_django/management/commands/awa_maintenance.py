@@ -19,10 +19,19 @@ from .awa_worker import _default_logging
 
 
 class Command(BaseCommand):
-    help = "Compete for the maintenance leadership and run maintenance while leader."
+    help = (
+        "Compete for the maintenance leadership and run maintenance while leader "
+        "(promotion, ring rotation and prune, rescue, cleanup); runs no jobs. Pair it with "
+        "manage.py awa_worker --no-maintenance. Example: manage.py awa_maintenance"
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--database", default=None, help="Database alias holding the queue.")
+        parser.add_argument(
+            "--database",
+            default=None,
+            metavar="ALIAS",
+            help="Database alias holding the queue (default: AWA['DATABASE']).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         settings = awa_settings()

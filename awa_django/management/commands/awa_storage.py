@@ -14,18 +14,35 @@ from awa_django.storage.status import storage_status
 
 
 class Command(BaseCommand):
-    help = "Show the queue-storage state: ring cursors and outcomes, leader, backlog."
+    help = (
+        "Show the queue-storage state: ring cursors and outcomes, leader, backlog, dead "
+        "tuples. Example: manage.py awa_storage status --json"
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        sub = parser.add_subparsers(dest="action", required=True)
-        status = sub.add_parser("status", help="Ring cursors, outcomes, occupancy, dead tuples.")
-        status.add_argument("--json", action="store_true", help="One JSON document on stdout.")
-        status.add_argument("--database", default=None, help="Database alias holding the queue.")
+        sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+        about = (
+            "Ring cursors and last rotate/prune outcomes, rows per slot, the maintenance "
+            "leader, deferred backlog, open receipts, dead tuples and schema size."
+        )
+        status = sub.add_parser("status", help=about, description=about)
+        status.add_argument(
+            "--json",
+            action="store_true",
+            help="Print the same report as one JSON document instead of tables "
+            "(for monitoring scripts).",
+        )
+        status.add_argument(
+            "--database",
+            default=None,
+            metavar="ALIAS",
+            help="Database alias holding the queue (default: AWA['DATABASE']).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         report = run(storage_status(), options["database"])
         if options["json"]:
-            self.stdout.write(json.dumps(report, indent=2))
+            self.stdout.write(json.dumps(report, indent=2), ending="\n")
             return
         # OutputWrapper is a text stream; its stubs do not say IO[str].
         console = Console(file=cast(IO[str], self.stdout), width=120)

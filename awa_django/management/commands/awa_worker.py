@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import logging
 from typing import Any
@@ -15,7 +16,11 @@ from awa_django.storage.connection import conninfo
 
 
 class Command(BaseCommand):
-    help = "Run awa workers: claim and execute jobs of the selected queues."
+    help = (
+        "Run awa workers: claim and execute jobs of the selected queues until SIGTERM/SIGINT "
+        "(or, with --burst, until they are empty). Example: "
+        "manage.py awa_worker --queue email:20 --queue reports --processes 4"
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -23,22 +28,43 @@ class Command(BaseCommand):
             action="append",
             dest="queues",
             metavar="NAME[:MAX_WORKERS]",
-            help="Queue to work (repeatable). Default: every queue in AWA['QUEUES'].",
+            help="Queue to work, optionally with its max_workers for this run (repeatable), "
+            "e.g. --queue email:20 --queue reports. Default: every queue in AWA['QUEUES']. "
+            "A queue not in AWA['QUEUES'] runs with the default queue options.",
         )
-        parser.add_argument("--processes", type=int, default=1, help="Worker processes to run.")
         parser.add_argument(
-            "--burst", action="store_true", help="Exit 0 once the selected queues are empty."
+            "--strict-queues",
+            action="store_true",
+            help="Refuse to start when a --queue is not in AWA['QUEUES'] (catches typos) "
+            "instead of running it with the default queue options.",
+        )
+        parser.add_argument(
+            "--processes",
+            type=int,
+            default=1,
+            metavar="N",
+            help="Worker processes to run (default 1); a supervisor restarts any that dies, "
+            "e.g. --processes 4.",
+        )
+        parser.add_argument(
+            "--burst",
+            action="store_true",
+            help="Exit 0 once the selected queues have no available, due or running job "
+            "(jobs scheduled for later do not count), e.g. for CI or one-off drains.",
         )
         parser.add_argument(
             "--shutdown-timeout",
             type=float,
             default=30.0,
-            help="Seconds in-flight jobs get to finish on SIGTERM before being handed back.",
+            metavar="SECONDS",
+            help="On SIGTERM/SIGINT, seconds in-flight jobs get to finish before they are "
+            "handed back to run again elsewhere (default 30), e.g. --shutdown-timeout 120.",
         )
         parser.add_argument(
             "--no-maintenance",
             action="store_true",
-            help="Never compete for the maintenance leadership in this process.",
+            help="Never compete for the maintenance leadership in this process (run "
+            "manage.py awa_maintenance elsewhere, or keep another worker with maintenance).",
         )
         parser.add_argument(
             "--import",
@@ -46,10 +72,15 @@ class Command(BaseCommand):
             dest="imports",
             default=[],
             metavar="MODULE",
-            help="Also import MODULE for its @job definitions (repeatable); apps' `jobs` "
-            "modules are imported automatically.",
+            help="Also import MODULE for its @job definitions (repeatable), e.g. --import "
+            "myproject.extra_jobs; every installed app's `jobs` module is imported anyway.",
         )
-        parser.add_argument("--database", default=None, help="Database alias holding the queue.")
+        parser.add_argument(
+            "--database",
+            default=None,
+            metavar="ALIAS",
+            help="Database alias holding the queue (default: AWA['DATABASE']).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         from awa_django.runtime.supervisor import Supervisor
@@ -80,6 +111,19 @@ class Command(BaseCommand):
                 raise CommandError(f"--import {module}: {exc}") from None
         if not config.queues:
             raise CommandError("no queues selected: pass --queue or set AWA['QUEUES']")
+        undeclared = [name for name in config.queue_names if name not in settings.queues]
+        for name in undeclared:
+            near = difflib.get_close_matches(name, list(settings.queues), n=1)
+            typo = f" (did you mean {near[0]!r}?)" if near else ""
+            if options["strict_queues"]:
+                raise CommandError(
+                    f"--queue {name}: not in AWA['QUEUES']{typo}; declare it there or drop "
+                    "--strict-queues"
+                )
+            self.stderr.write(
+                f"awa_worker: queue {name!r} is not in AWA['QUEUES']{typo}; running it with "
+                "the default queue options (pass --strict-queues to refuse instead)"
+            )
         _default_logging(options["verbosity"])
 
         if options["processes"] > 1:
