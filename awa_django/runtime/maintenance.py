@@ -1,8 +1,8 @@
 """The maintenance tasks and the coordinator that runs them while leading.
 
 Tasks (each a :class:`~.service.PeriodicService` on its own interval from
-``settings.AWA`` and its own pooled connection, so a promotion waiting on a
-producer's lane lock or a slow prune never delays rescue or the others):
+``settings.AWA`` and its own pooled connection, so one slow task -- a big
+rescue, a prune, a cleanup batch -- never delays the others):
 
 * ``promote``: move due deferred jobs (scheduled, retry backoff, snooze) into
   the ready ring (:class:`~.promoter.Promoter`);
