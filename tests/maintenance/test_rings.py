@@ -138,3 +138,22 @@ def test_counts_stay_exact_and_failed_rows_survive_inside_retention(store, reten
         assert {j for j, s in store.states("acct").items() if s == "failed"} == failed_ids
     else:
         assert survivors == set()
+
+
+def test_claim_ring_proof_counts_each_item_once(store):
+    """Evidence written twice for one item cannot stand in for an open one."""
+    store.enqueue("dup", 2)
+    first, second = store.claim("dup", 2)
+    store.rotate("claim")
+    _cycle_until_target(store, "claim", first.claim_slot, "dup-churn")
+    store.close([first])  # compact evidence for the first item
+    # The same item closed a second time, explicitly (as a faulty path could).
+    store.conn.execute(
+        "INSERT INTO awa.lease_claim_closures (claim_slot, batch_id, item, job_id, run_lease,"
+        " outcome) VALUES (%s, %s, %s, %s, %s, 'completed')",
+        [first.claim_slot, first.batch_id, first.item, first.job_id, first.run_lease],
+    )
+    assert store.prune("claim") == "skipped_busy"  # the second receipt is still open
+    assert store.states("dup")[second.job_id] == "running"
+    store.close([second])
+    assert store.prune("claim") == "pruned"

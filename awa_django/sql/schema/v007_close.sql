@@ -164,12 +164,6 @@ BEGIN
          WHERE b.claim_slot = ANY (p_claim_slots)
            AND b.job_ids[i.item] = i.job_id AND b.run_leases[i.item] = i.run_lease
            AND e.item IS NULL
-    ), explicit AS (
-        INSERT INTO awa.lease_claim_closures (claim_slot, batch_id, item, job_id, run_lease,
-                                              outcome)
-        SELECT w.claim_slot, w.batch_id, w.item, w.job_id, w.run_lease, w.outcome
-          FROM won w
-         WHERE w.target <> 'completed'
     ), compact AS (
         INSERT INTO awa.lease_claim_closure_batches (claim_slot, batch_id, items)
         SELECT w.claim_slot, w.batch_id, array_agg(w.item ORDER BY w.item)
@@ -201,6 +195,14 @@ BEGIN
            AND r.ready_slot = ANY (v_ready_slots)
           LEFT JOIN awa.attempt_state s ON s.job_id = w.job_id AND s.run_lease = w.run_lease
          WHERE w.target <> 'completed'
+    ), explicit AS (
+        -- Evidence only for the attempts whose next row is written below: an
+        -- attempt whose ready row could not be found stays open (and visible
+        -- to rescue) instead of being closed with nothing to show for it.
+        INSERT INTO awa.lease_claim_closures (claim_slot, batch_id, item, job_id, run_lease,
+                                              outcome)
+        SELECT t.claim_slot, t.batch_id, t.item, t.job_id, t.run_lease, t.outcome
+          FROM settled t
     ), terminal AS (
         INSERT INTO awa.done_entries (ready_slot, ready_generation, job_id, run_lease, state,
                                       queue, priority, shard, lane_seq, attempt, errors,
@@ -232,13 +234,17 @@ BEGIN
                t.claimed_at
           FROM settled t
          WHERE t.target = 'dlq'
+    ), closed AS (
+        SELECT w.job_id, w.run_lease FROM won w WHERE w.target = 'completed'
+        UNION ALL
+        SELECT t.job_id, t.run_lease FROM settled t
     ), forgotten AS (
         -- Progress was carried into the deferred / done / DLQ row above.
         DELETE FROM awa.attempt_state s
-         USING won w
-         WHERE s.job_id = w.job_id AND s.run_lease = w.run_lease
+         USING closed c
+         WHERE s.job_id = c.job_id AND s.run_lease = c.run_lease
     )
-    SELECT w.job_id, w.run_lease FROM won w;
+    SELECT c.job_id, c.run_lease FROM closed c;
 END
 $$;
 
