@@ -18,6 +18,7 @@ from rich.table import Table
 
 from awa_django.benchmark import workloads
 from awa_django.benchmark.workloads import BenchOptions
+from awa_django.management.options import add_database_argument
 from awa_django.payload import check_queue
 from awa_django.storage import status
 from awa_django.storage.base import run
@@ -89,12 +90,7 @@ class Command(BaseCommand):
             help="Skip a stage (repeatable), e.g. --skip latency.",
         )
         parser.add_argument("--json", metavar="PATH", help="Also write the report as JSON to PATH.")
-        parser.add_argument(
-            "--database",
-            default=None,
-            metavar="ALIAS",
-            help="Database alias holding the queue (default: AWA['DATABASE']).",
-        )
+        add_database_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["jobs"] < 1 or options["workers"] < 1 or options["processes"] < 1:

@@ -11,6 +11,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from awa_django.conf import awa_settings, unimplemented_settings
+from awa_django.management.options import add_database_argument
 from awa_django.runtime.config import MaintenanceConfig
 from awa_django.runtime.maintenance import Maintenance
 from awa_django.storage.connection import conninfo
@@ -26,12 +27,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument(
-            "--database",
-            default=None,
-            metavar="ALIAS",
-            help="Database alias holding the queue (default: AWA['DATABASE']).",
-        )
+        add_database_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         settings = awa_settings()

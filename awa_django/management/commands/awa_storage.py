@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from rich.console import Console
 from rich.table import Table
 
+from awa_django.management.options import add_database_argument
 from awa_django.storage.base import run
 from awa_django.storage.status import storage_status
 
@@ -32,12 +33,7 @@ class Command(BaseCommand):
             help="Print the same report as one JSON document instead of tables "
             "(for monitoring scripts).",
         )
-        status.add_argument(
-            "--database",
-            default=None,
-            metavar="ALIAS",
-            help="Database alias holding the queue (default: AWA['DATABASE']).",
-        )
+        add_database_argument(status)
 
     def handle(self, *args: Any, **options: Any) -> None:
         report = run(storage_status(), options["database"])

@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from awa_django.conf import awa_settings
 from awa_django.exceptions import InvalidJob
+from awa_django.management.options import add_database_argument
 from awa_django.runtime.config import build_config
 from awa_django.storage.connection import conninfo
 
@@ -75,12 +76,7 @@ class Command(BaseCommand):
             help="Also import MODULE for its @job definitions (repeatable), e.g. --import "
             "myproject.extra_jobs; every installed app's `jobs` module is imported anyway.",
         )
-        parser.add_argument(
-            "--database",
-            default=None,
-            metavar="ALIAS",
-            help="Database alias holding the queue (default: AWA['DATABASE']).",
-        )
+        add_database_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         from awa_django.runtime.supervisor import Supervisor
