@@ -34,6 +34,7 @@ class JobContext:
         "_progress_lock",
         "_progress_version",
         "attempt",
+        "claim_nonce",
         "job_id",
         "kind",
         "max_attempts",
@@ -57,6 +58,7 @@ class JobContext:
         metadata: dict[str, Any] | None = None,
         tags: list[str] | None = None,
         progress: dict[str, Any] | None = None,
+        claim_nonce: int | None = None,
     ) -> None:
         self.job_id = job_id
         self.kind = kind
@@ -68,6 +70,9 @@ class JobContext:
         self.metadata = metadata if metadata is not None else {}
         self.tags = tags if tags is not None else []
         self.progress = progress
+        # Identifies the claim that handed this attempt out, with run_lease:
+        # after a crash reverts a claim, its re-claim differs only here.
+        self.claim_nonce = claim_nonce
         self._cancelled = False
         self._progress_lock: threading.Lock | None = None
         self._progress_version = 0

@@ -95,6 +95,9 @@ class ClaimedJob:
 
     ``(claim_slot, batch_id, item)`` locate its receipt in the claim ring;
     ``(job_id, run_lease)`` name the attempt in every later transition.
+    ``claim_nonce`` is the random number the claim was made with: a crash
+    that reverts a claim can make the re-claim reuse every other part of
+    the key, never the nonce, so closes present it too.
     """
 
     job_id: int
@@ -115,6 +118,7 @@ class ClaimedJob:
     batch_id: int
     item: int
     deadline_at: dt.datetime | None
+    claim_nonce: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +131,7 @@ class OpenReceipt:
     job_id: int
     run_lease: int
     attempt: int
+    claim_nonce: int | None
 
 
 @dataclass(slots=True)
@@ -139,7 +144,8 @@ class Closure:
     deferred row; ``errors`` the full error history (None keeps the stored
     one); ``result`` the JSON text of a return value; ``progress`` the
     attempt's last progress as JSON text (None keeps what was recorded;
-    a completion clears it).
+    a completion clears it).  ``claim_nonce`` must match the claim's (see
+    :class:`ClaimedJob`).
     """
 
     job_id: int
@@ -155,3 +161,4 @@ class Closure:
     result: str | None = None
     reason: str | None = None
     progress: str | None = None
+    claim_nonce: int | None = None

@@ -77,6 +77,7 @@ def _base(job: ClaimedJob | OpenReceipt, target: str, outcome: str, **fields: An
         claim_slot=job.claim_slot,
         batch_id=job.batch_id,
         item=job.item,
+        claim_nonce=job.claim_nonce,
         target=target,
         outcome=outcome,
         **fields,

@@ -114,7 +114,9 @@ class Dispatcher:
         self._stopping = stopping
         rate = policy.rate_limit
         self._bucket = TokenBucket(rate.max_rate, rate.burst) if rate else None
-        self.inflight: dict[tuple[int, int], tuple[ClaimedJob, JobContext, asyncio.Task[None]]] = {}
+        self.inflight: dict[
+            tuple[int, int, int], tuple[ClaimedJob, JobContext, asyncio.Task[None]]
+        ] = {}
         self.last_claim_empty = False
 
     async def _wait(self, awaitable: Awaitable[object], timeout: float | None = None) -> bool:
@@ -167,7 +169,7 @@ class Dispatcher:
         create_task = loop.create_task
         for job, ctx in zip(jobs, batch.contexts, strict=True):
             task = create_task(self._run_job(job, ctx, batch))
-            self.inflight[(job.job_id, job.run_lease)] = (job, ctx, task)
+            self.inflight[(job.job_id, job.run_lease, job.claim_nonce)] = (job, ctx, task)
         return jobs
 
     async def run(self) -> None:
@@ -203,6 +205,6 @@ class Dispatcher:
         except Exception:
             log.exception("job %s (%s): could not record its outcome", job.job_id, job.kind)
         finally:
-            self.inflight.pop((job.job_id, job.run_lease), None)
+            self.inflight.pop((job.job_id, job.run_lease, job.claim_nonce), None)
             self.permits.release()
             batch.finished_one()

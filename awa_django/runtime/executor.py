@@ -124,4 +124,5 @@ def context_for(job: ClaimedJob) -> JobContext:
         metadata=job.metadata,
         tags=job.tags,
         progress=job.progress,
+        claim_nonce=job.claim_nonce,
     )

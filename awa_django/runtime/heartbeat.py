@@ -3,8 +3,10 @@
 Short jobs therefore cost no per-job liveness write; the maintenance leader
 rescues receipts whose runtime's heartbeat went stale.  The same tick asks
 which of our in-flight attempts were closed by someone else (rescued,
-cancelled) and sets their contexts' cancellation flag, so a handler that
-polls ``ctx.is_cancelled()`` stops work nobody will accept any more.
+cancelled) or never committed (a claim that a server crash reverted: its
+nonce matches no surviving batch) and sets their contexts' cancellation
+flag, so a handler that polls ``ctx.is_cancelled()`` stops work nobody will
+accept any more.
 
 It also hands back orphaned receipts: open receipts of this runtime that
 it does not run.  A claim can commit while its response is lost (the
@@ -22,6 +24,7 @@ import socket
 import uuid
 from collections.abc import Sequence
 
+from ..records import ClaimedJob, OpenReceipt
 from ..storage import AsyncRunner, runtimes
 from ..storage.attempts import close_attempts, closed_attempts, orphaned_receipts
 from .closures import handed_back
@@ -56,7 +59,7 @@ class Heartbeat(PeriodicService[dict[str, int]]):
     async def run_once(self) -> dict[str, int]:
         """Refresh the heartbeat, cancel attempts closed elsewhere, hand back
         orphaned receipts; returns how many of each."""
-        running = {(job.job_id, job.run_lease): (job, ctx) for job, ctx in self._inflight()}
+        running = {_key(job): (job, ctx) for job, ctx in self._inflight()}
         await self._run(runtimes.heartbeat(self.runtime_id))
         closed = await self._run(closed_attempts([job for job, _ in running.values()]))
         for key in closed:
@@ -68,11 +71,16 @@ class Heartbeat(PeriodicService[dict[str, int]]):
                 ctx.cancel()
         receipts = await self._run(orphaned_receipts(self.runtime_id, self.config.interval))
         # Read the in-flight set again: a claim may have landed meanwhile.
-        held = {(job.job_id, job.run_lease) for job, _ in self._inflight()} | running.keys()
-        orphans = [r for r in receipts if (r.job_id, r.run_lease) not in held]
+        held = {_key(job) for job, _ in self._inflight()} | running.keys()
+        orphans = [r for r in receipts if _key(r) not in held]
         handed = 0
         if orphans:
             won = await self._run(close_attempts([handed_back(r) for r in orphans]))
             handed = len(won)
             log.warning("handed back %s orphaned receipts of this runtime", handed)
         return {"cancelled": len(closed), "handed_back": handed}
+
+
+def _key(attempt: ClaimedJob | OpenReceipt) -> tuple[int, int, int | None]:
+    """Who an attempt is: its run_lease and the nonce of the claim that made it."""
+    return (attempt.job_id, attempt.run_lease, attempt.claim_nonce)

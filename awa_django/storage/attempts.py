@@ -10,14 +10,15 @@ that makes :func:`close_attempts` safe against stale writers.
 from __future__ import annotations
 
 import json
+import random
 import uuid
 from collections.abc import Sequence
 
 from ..records import COMPLETED, ClaimedJob, Closure, OpenReceipt
-from .base import Execute, Row, Steps, int_array, operation, single
+from .base import Execute, Row, Steps, int_array, nullable_int_array, operation, single
 
 
-def decode_claimed(rows: list[Row], queue: str) -> list[ClaimedJob]:
+def decode_claimed(rows: list[Row], queue: str, claim_nonce: int) -> list[ClaimedJob]:
     """Rows of ``claim_ready`` as :class:`ClaimedJob` (JSON columns arrive as text)."""
     loads = json.loads
     # Positional construction and literal fast paths: this runs once per job.
@@ -41,6 +42,7 @@ def decode_claimed(rows: list[Row], queue: str) -> list[ClaimedJob]:
             batch_id,
             item,
             deadline_at,
+            claim_nonce,
         )
         for (
             job_id,
@@ -72,21 +74,25 @@ def claim(
 
     ``deadline`` (seconds, 0 = none) bounds each attempt; ``aging_interval``
     (seconds, 0 = off) lifts a waiting lane one priority level per interval.
+    Each claim draws a fresh random nonce (see :class:`ClaimedJob`); only a
+    claim that committed can be closed, so a reverted one never matches.
     """
+    nonce = random.getrandbits(63)  # the bigint range; not a secret, only unrepeatable
     rows = yield Execute.named(
-        "runtime", "claim_ready", [queue, limit, runtime_id, deadline, aging_interval]
+        "runtime", "claim_ready", [queue, limit, runtime_id, deadline, aging_interval, nonce]
     )
-    return decode_claimed(rows, queue)
+    return decode_claimed(rows, queue, nonce)
 
 
 def attempt_keys(jobs: Sequence[ClaimedJob] | Sequence[Closure]) -> list[str]:
-    """The five parallel arrays that name attempts in SQL."""
+    """The six parallel arrays that name attempts in SQL (the claim key and its nonce)."""
     return [
         int_array([job.claim_slot for job in jobs]),
         int_array([job.batch_id for job in jobs]),
         int_array([job.item for job in jobs]),
         int_array([job.job_id for job in jobs]),
         int_array([job.run_lease for job in jobs]),
+        nullable_int_array([job.claim_nonce for job in jobs]),
     ]
 
 
@@ -143,12 +149,14 @@ def record_progress(entries: Sequence[tuple[ClaimedJob, str]]) -> Steps[set[tupl
 
 
 @operation
-def closed_attempts(attempts: Sequence[ClaimedJob]) -> Steps[set[tuple[int, int]]]:
-    """Which of these attempts were closed by someone (rescue, cancel, ...)."""
+def closed_attempts(attempts: Sequence[ClaimedJob]) -> Steps[set[tuple[int, int, int]]]:
+    """Which of these attempts are no longer open, as ``(job_id, run_lease,
+    claim_nonce)``: closed by someone (rescue, cancel, ...) or never
+    committed (a claim that a server crash reverted)."""
     if not attempts:
         return set()
     rows = yield Execute.named("maintenance", "closed_attempts", attempt_keys(attempts))
-    return _attempts(rows)
+    return {(job_id, run_lease, nonce) for job_id, run_lease, nonce in rows}
 
 
 @operation

@@ -121,6 +121,11 @@ def int_array(values: Sequence[int]) -> str:
     return "{" + ",".join(map(str, values)) + "}"
 
 
+def nullable_int_array(values: Sequence[int | None]) -> str:
+    """:func:`int_array` where an element may be NULL."""
+    return "{" + ",".join("NULL" if v is None else str(v) for v in values) + "}"
+
+
 # --- sync ----------------------------------------------------------------------
 
 

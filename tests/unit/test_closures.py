@@ -50,6 +50,7 @@ def claimed(**changes) -> ClaimedJob:
         "batch_id": 99,
         "item": 4,
         "deadline_at": None,
+        "claim_nonce": 12345,
     }
     return ClaimedJob(**{**fields, **changes})
 

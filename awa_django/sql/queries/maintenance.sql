@@ -25,9 +25,9 @@ SELECT awa.prune_ring(%s, %s, make_interval(secs => %s))
 SELECT awa.rescue_attempts(%s, make_interval(secs => %s), %s, %s::text[], %s::text[], %s)
 
 -- name: closed_attempts
-SELECT job_id, run_lease
-  FROM awa.closed_attempts(%s::smallint[], %s::bigint[], %s::integer[], %s::bigint[],
-                           %s::bigint[])
+SELECT job_id, run_lease, claim_nonce
+  FROM awa.closed_attempts_v2(%s::smallint[], %s::bigint[], %s::integer[], %s::bigint[],
+                              %s::bigint[], %s::bigint[])
 
 -- name: cleanup
 SELECT awa.cleanup(make_interval(secs => %s), make_interval(secs => %s), %s)
