@@ -67,6 +67,8 @@ class PeriodicService(Generic[R]):
     name = "service"
     #: Run once as soon as started (True) or wait one interval first (False).
     run_at_start = False
+    #: Seconds to wait after a failed tick (None: the usual interval).
+    retry_interval: float | None = None
 
     def __init__(self, config: PeriodicConfig) -> None:
         self.config = config
@@ -112,5 +114,9 @@ class PeriodicService(Generic[R]):
         if not self.run_at_start:
             await asyncio.sleep(self.config.interval)
         while True:
+            failures = self.failures
             await self.tick()
-            await asyncio.sleep(self.config.interval)
+            wait = self.config.interval
+            if self.failures > failures and self.retry_interval is not None:
+                wait = min(wait, self.retry_interval)
+            await asyncio.sleep(wait)

@@ -59,3 +59,32 @@ def test_failures_are_counted_and_the_loop_goes_on():
         return service.runs
 
     assert asyncio.run(scenario()) == 0
+
+
+class Flaky(PeriodicService[int]):
+    """Fails its first tick; retries after ``retry_interval``, not its hour-long interval."""
+
+    name = "flaky"
+    run_at_start = True
+    retry_interval = 0.001
+
+    def __init__(self) -> None:
+        super().__init__(PeriodicConfig(3600))
+        self.succeeded = asyncio.Event()
+
+    async def run_once(self) -> int:
+        if self.failures == 0:
+            raise ConnectionError("database away")
+        self.succeeded.set()
+        return 1
+
+
+def test_a_failed_tick_is_retried_after_the_retry_interval():
+    async def scenario() -> tuple[int, int]:
+        service = Flaky()
+        await service.start()
+        await asyncio.wait_for(service.succeeded.wait(), timeout=5)
+        await service.stop()
+        return service.failures, service.runs
+
+    assert asyncio.run(scenario()) == (1, 1)
