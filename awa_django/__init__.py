@@ -7,24 +7,52 @@ contents may change between releases.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Literal, overload
 
 from .context import JobContext
+from .cron import periodic
 from .exceptions import CallbackNotFound, InvalidJob, JobNotFound, UniqueConflict
-from .jobs import ContextJob, Job, Unique, job
+from .jobs import ContextJob, Job, job
 from .outcomes import Cancel, RetryAfter, Snooze, TerminalError, WaitForCallback
 from .records import EnqueuedJob, JobInfo, PreparedJob
+from .unique import Unique
 
 
-def enqueue_many(jobs: Iterable[PreparedJob], *, database: str | None = None) -> list[int]:
+@overload
+def enqueue_many(
+    jobs: Iterable[PreparedJob],
+    *,
+    on_conflict: Literal["raise"] = "raise",
+    database: str | None = None,
+) -> list[int]: ...
+
+
+@overload
+def enqueue_many(
+    jobs: Iterable[PreparedJob], *, on_conflict: Literal["skip"], database: str | None = None
+) -> list[int | None]: ...
+
+
+def enqueue_many(
+    jobs: Iterable[PreparedJob], *, on_conflict: str = "raise", database: str | None = None
+) -> list[int] | list[int | None]:
     """Write many prepared jobs with one COPY in the caller's transaction.
 
     ``jobs`` come from ``some_job.prepare(...)`` or
     ``some_job.using(...).prepare(...)``; returns the new ids in input order.
+    Unique jobs whose key is taken raise ``UniqueConflict`` for the whole
+    batch (nothing is written), or with ``on_conflict="skip"`` are left out,
+    ``None`` in their places.
     """
     from .storage.base import run
     from .storage.connection import alias_for
+    from .storage.enqueue import ON_CONFLICT
     from .storage.enqueue import enqueue_many as write_many
 
+    if on_conflict not in ON_CONFLICT:
+        raise InvalidJob(
+            f"on_conflict must be one of {', '.join(ON_CONFLICT)}, got {on_conflict!r}"
+        )
     prepared = list(jobs)
     for item in prepared:
         if not isinstance(item, PreparedJob):
@@ -36,7 +64,7 @@ def enqueue_many(jobs: Iterable[PreparedJob], *, database: str | None = None) ->
         raise InvalidJob(f"enqueue_many got jobs for several databases: {sorted(aliases)}")
     if not prepared:
         return []
-    return run(write_many(prepared), aliases.pop())
+    return run(write_many(prepared, on_conflict), aliases.pop())
 
 
 __all__ = [
@@ -58,4 +86,5 @@ __all__ = [
     "WaitForCallback",
     "enqueue_many",
     "job",
+    "periodic",
 ]

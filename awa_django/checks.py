@@ -49,6 +49,16 @@ def check_settings(
         )
         for problem in unimplemented_settings(parsed)
     )
+    if parsed.heartbeat_interval * 2 <= parsed.heartbeat_staleness < parsed.heartbeat_interval * 3:
+        messages.append(
+            CheckWarning(
+                f"AWA[HEARTBEAT_STALENESS] is {parsed.heartbeat_staleness:g}s, less than 3x "
+                f"HEARTBEAT_INTERVAL ({parsed.heartbeat_interval:g}s): one late heartbeat can "
+                "get a live worker's attempts rescued and run twice",
+                hint="Set HEARTBEAT_STALENESS to at least 3 x HEARTBEAT_INTERVAL.",
+                id="awa_django.W003",
+            )
+        )
     database = settings.DATABASES.get(parsed.database)
     if database is None:
         messages.append(

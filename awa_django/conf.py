@@ -67,6 +67,7 @@ class QueueConfig:
     claimers: int = 1
     claim_batch_size: int = 512
     priority_aging_interval: float = 60.0
+    long_running: bool = False
 
 
 @dataclass(frozen=True)
@@ -237,6 +238,7 @@ _QUEUE_KEYS: dict[str, _Parser] = {
     "claimers": _bounded(1, 64),
     "claim_batch_size": _bounded(1, 10_000),
     "priority_aging_interval": _SECONDS,
+    "long_running": _BOOL,
 }
 
 _TOP_KEYS: dict[str, _Parser] = {
@@ -401,8 +403,6 @@ def _reload(*, setting: str, **kwargs: Any) -> None:
 NOT_IMPLEMENTED: Mapping[str, str] = {
     "GLOBAL_MAX_WORKERS": "workers only apply each queue's max_workers",
     "QUEUE_STRIPE_COUNT": "each queue is stored as a single stripe",
-    "CALLBACK_HMAC_SECRET": "there is no callback receiver to sign requests for",
-    "CALLBACK_RESCUE_INTERVAL": "callback timeouts are not rescued",
     "ADMIN_READ_ONLY": "there is no admin console",
     "DESCRIPTOR_RETENTION": "there is no descriptor catalog to prune",
     "TERMINAL_COUNT_ROLLUP_INTERVAL": "terminal counts are folded in when a slot is pruned",
@@ -452,7 +452,7 @@ SETTING_DESCRIPTIONS: Mapping[str, str] = {
     "CALLBACK_HMAC_SECRET": "Key that signs requests of the external-callback receiver.",
     "ADMIN_READ_ONLY": "Make the admin pages read-only.",
     "MAX_PAYLOAD_BYTES": "Largest JSON text of a job's args plus kwargs, in bytes; a bigger "
-    "enqueue raises ``InvalidJob``.",
+    "enqueue raises ``InvalidJob``.  Also the largest request body the callback receiver reads.",
     "HEARTBEAT_INTERVAL": "How often a worker process refreshes its heartbeat (one UPDATE "
     "covers every attempt it runs).",
     "HEARTBEAT_STALENESS": "A worker whose heartbeat is older than this is presumed dead and "
@@ -501,6 +501,8 @@ QUEUE_OPTION_DESCRIPTIONS: Mapping[str, str] = {
     "weight": "Share of a worker's capacity relative to its other queues.",
     "claimers": "Concurrent claim loops per worker process for the queue.",
     "claim_batch_size": "Most jobs one claim statement takes (never more than the free permits).",
+    "long_running": "Every attempt escalates to a lease when it starts: its progress and "
+    "liveness are tracked per attempt (for jobs that run minutes or hours).",
     "priority_aging_interval": "A lane whose oldest job has waited this long is claimed one "
     "priority level more urgent per interval waited (never above 1). ``0``: no aging.",
 }

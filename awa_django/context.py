@@ -14,10 +14,28 @@ the job completes.
 from __future__ import annotations
 
 import threading
-from typing import Any
+import uuid
+from typing import Any, Protocol
 
 from .exceptions import InvalidJob
 from .payload import to_json
+
+
+class AttemptControl(Protocol):
+    """What the runtime lets a context do beyond memory (``awa_django.runtime.leases``):
+    escalate the attempt to a lease, register and wait for callbacks."""
+
+    def register_callback(self, timeout: float) -> uuid.UUID: ...
+
+    async def aregister_callback(self, timeout: float) -> uuid.UUID: ...
+
+    def wait_for_callback(self, callback_id: uuid.UUID, timeout: float) -> Any: ...
+
+    async def await_callback(self, callback_id: uuid.UUID, timeout: float) -> Any: ...
+
+    def heartbeat(self) -> None: ...
+
+    async def aheartbeat(self) -> None: ...
 
 
 class JobContext:
@@ -31,6 +49,7 @@ class JobContext:
 
     __slots__ = (
         "_cancelled",
+        "_control",
         "_progress_lock",
         "_progress_version",
         "attempt",
@@ -59,6 +78,7 @@ class JobContext:
         tags: list[str] | None = None,
         progress: dict[str, Any] | None = None,
         claim_nonce: int | None = None,
+        control: AttemptControl | None = None,
     ) -> None:
         self.job_id = job_id
         self.kind = kind
@@ -73,6 +93,7 @@ class JobContext:
         # Identifies the claim that handed this attempt out, with run_lease:
         # after a crash reverts a claim, its re-claim differs only here.
         self.claim_nonce = claim_nonce
+        self._control = control
         self._cancelled = False
         self._progress_lock: threading.Lock | None = None
         self._progress_version = 0
@@ -90,6 +111,55 @@ class JobContext:
     def cancel(self) -> None:
         """Set the cancellation flag (called by the runtime, not by handlers)."""
         self._cancelled = True
+
+    def _attempt(self, what: str) -> AttemptControl:
+        if self._control is None:
+            raise RuntimeError(f"{what} needs the attempt to be run by an awa worker")
+        return self._control
+
+    def register_callback(self, timeout: float) -> uuid.UUID:
+        """Register an external callback for this attempt; returns its id.
+
+        Hand the id to the outside system, then ``raise WaitForCallback()``
+        to free the worker slot until ``ops.complete_external`` /
+        ``fail_external`` / ``retry_external`` (or the HTTP receiver)
+        resolves it, or call :meth:`wait_for_callback` to block until
+        ``ops.resume_external`` hands over a payload.  After ``timeout``
+        seconds a parked attempt is retried (or fails when its attempts are
+        spent).  The attempt escalates to a lease (see the docs on receipts
+        and leases).  In an ``async def`` handler prefer ``await
+        ctx.aregister_callback(timeout)``: the plain call returns at once and
+        the registration completes in the background.
+        """
+        return self._attempt("register_callback").register_callback(_seconds(timeout))
+
+    async def aregister_callback(self, timeout: float) -> uuid.UUID:
+        """:meth:`register_callback` for ``async def`` handlers (durable when it returns)."""
+        return await self._attempt("aregister_callback").aregister_callback(_seconds(timeout))
+
+    def wait_for_callback(self, callback_id: uuid.UUID, timeout: float) -> Any:
+        """Block until ``ops.resume_external(callback_id, payload)``; returns the payload.
+
+        The handler keeps its worker slot and its lease is heartbeated
+        meanwhile.  Raises :class:`TimeoutError` after ``timeout`` seconds,
+        and ``Cancel`` when the attempt is cancelled or
+        closed elsewhere while waiting.
+        """
+        return self._attempt("wait_for_callback").wait_for_callback(callback_id, _seconds(timeout))
+
+    async def await_callback(self, callback_id: uuid.UUID, timeout: float) -> Any:
+        """:meth:`wait_for_callback` for ``async def`` handlers."""
+        return await self._attempt("await_callback").await_callback(callback_id, _seconds(timeout))
+
+    def heartbeat(self) -> None:
+        """Mark this attempt long-running: it escalates to a lease, whose
+        progress and liveness are tracked on its own and kept fresh by the
+        worker's heartbeat."""
+        self._attempt("heartbeat").heartbeat()
+
+    async def aheartbeat(self) -> None:
+        """:meth:`heartbeat` for ``async def`` handlers."""
+        await self._attempt("aheartbeat").aheartbeat()
 
     def _lock(self) -> threading.Lock:
         if self._progress_lock is None:
@@ -131,3 +201,9 @@ class JobContext:
             if self.progress is None:
                 return self._progress_version, None
             return self._progress_version, to_json(self.progress, "progress")
+
+
+def _seconds(value: float) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+        raise InvalidJob(f"timeout must be a positive number of seconds, got {value!r}")
+    return float(value)

@@ -21,7 +21,6 @@ import datetime as dt
 import functools
 import inspect
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import (
     Any,
     Concatenate,
@@ -50,6 +49,7 @@ from .payload import (
     seconds,
 )
 from .records import EnqueuedJob, PreparedJob
+from .unique import Unique
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -121,6 +121,7 @@ class JobCall(Generic[P, R]):
         "_run_at",
         "_run_in",
         "_tags",
+        "_unique",
         "job",
     )
 
@@ -137,7 +138,10 @@ class JobCall(Generic[P, R]):
         tags: Iterable[str] | None = None,
         metadata: Mapping[str, Any] | None = None,
         database: str | None = None,
+        unique: Unique | None = None,
     ) -> None:
+        if unique is not None and not isinstance(unique, Unique):
+            raise InvalidJob(f"unique must be a Unique(...), got {unique!r}")
         if run_at is not None and run_in is not None:
             raise InvalidJob("pass run_at or run_in, not both")
         self.job = job
@@ -152,14 +156,13 @@ class JobCall(Generic[P, R]):
         self._metadata = metadata
         self._metadata_json = check_metadata(metadata)
         self._database = database
+        self._unique = unique
 
     def using(self, **options: Unpack[CallOptions]) -> JobCall[P, R]:
         """Return a copy with these options replaced (validated now)."""
         unknown = options.keys() - CallOptions.__optional_keys__
         if unknown:
             raise TypeError(f"using() got unexpected keyword arguments: {sorted(unknown)}")
-        if options.get("unique") is not None:
-            raise InvalidJob("unique jobs are not supported by this version of awa_django")
         run_in = self._run_in
         if "run_in" in options:
             given = options["run_in"]
@@ -175,6 +178,7 @@ class JobCall(Generic[P, R]):
             tags=options.get("tags", self._tags),
             metadata=options.get("metadata", self._metadata),
             database=options.get("database", self._database),
+            unique=options.get("unique", self._unique),
         )
 
     def prepare(self, *args: P.args, **kwargs: P.kwargs) -> PreparedJob:
@@ -196,7 +200,16 @@ class JobCall(Generic[P, R]):
             run_at,
             self._ordering_key,
             self._database,
+            *self._unique_claim(args_json, kwargs_json),
         )
+
+    def _unique_claim(
+        self, args_json: str, kwargs_json: str
+    ) -> tuple[str | None, tuple[str, ...] | None]:
+        if self._unique is None:
+            return None, None
+        key = self._unique.key(self.job.kind, self._queue, args_json, kwargs_json)
+        return key, self._unique.states
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueuedJob:
         """Validate and write the job in the caller's transaction."""
@@ -381,17 +394,3 @@ def job(
     if func is not None:
         return register(func)
     return register
-
-
-@dataclass(frozen=True)
-class Unique:
-    """Uniqueness options for ``using(unique=...)``.
-
-    Declared so code written against the public API imports; enqueueing with
-    it raises ``InvalidJob`` until unique claims land in a later release.
-    """
-
-    by_args: bool = True
-    by_queue: bool = False
-    by_period: float | None = None
-    states: tuple[str, ...] = ("scheduled", "available", "running", "retryable")

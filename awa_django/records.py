@@ -9,6 +9,7 @@ definitions, the storage API and the worker runtime; they live here so
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +61,33 @@ class JobInfo:
     run_at: dt.datetime | None = None
     attempted_at: dt.datetime | None = None
     finalized_at: dt.datetime | None = None
+    #: The callback a running or waiting attempt registered (``get_job`` only).
+    callback_id: uuid.UUID | None = None
+
+
+@dataclass(frozen=True)
+class DlqEntry:
+    """A job in the dead-letter queue: the snapshot taken when it failed for good."""
+
+    job_id: int
+    kind: str
+    queue: str
+    priority: int
+    args: list[Any]
+    kwargs: dict[str, Any]
+    metadata: dict[str, Any]
+    tags: list[str]
+    attempt: int
+    max_attempts: int
+    #: The error history, one entry per failed attempt (type, message, traceback, at).
+    errors: list[dict[str, Any]]
+    progress: dict[str, Any] | None
+    #: Why it was moved: ``max_attempts exhausted``, ``terminal error``, ...
+    reason: str
+    created_at: dt.datetime
+    run_at: dt.datetime
+    attempted_at: dt.datetime | None
+    moved_at: dt.datetime
 
 
 @dataclass(slots=True)
@@ -77,6 +105,10 @@ class PreparedJob:
     run_at: dt.datetime | None
     ordering_key: str | None
     database: str | None
+    #: The claim key of a unique job (see ``awa_django.unique``) and the
+    #: states in which it holds it; None for an ordinary job.
+    unique_key: str | None = None
+    unique_states: tuple[str, ...] | None = None
 
 
 # Where a closed attempt goes next (``Closure.target``).
@@ -145,7 +177,8 @@ class Closure:
     one); ``result`` the JSON text of a return value; ``progress`` the
     attempt's last progress as JSON text (None keeps what was recorded;
     a completion clears it).  ``claim_nonce`` must match the claim's (see
-    :class:`ClaimedJob`).
+    :class:`ClaimedJob`).  ``leased`` says the attempt escalated to a lease,
+    which closes through the lease path.
     """
 
     job_id: int
@@ -162,3 +195,4 @@ class Closure:
     reason: str | None = None
     progress: str | None = None
     claim_nonce: int | None = None
+    leased: bool = False

@@ -14,10 +14,13 @@ in ``stale`` and logged, never applied.
   one-off paths).
 * :class:`BatchCompleter` collects closures and flushes them in ONE
   ``awa.close_attempts`` statement when it has ``batch_size`` of them or
-  ``flush_interval`` after the first one arrived (defaults 512 / 1 ms).  A
-  flush that fails for a reason other than a lost connection is split until
-  the closures that fail on their own are isolated: one bad closure never
-  drops the completions of its 511 batch-mates.
+  ``flush_interval`` after the first one arrived (defaults 512 / 1 ms), or
+  as soon as every attempt the dispatchers run (see :meth:`Completer.track`)
+  has submitted: then waiting cannot grow the batch, and a 1-permit queue
+  would pay the flush interval on every job.  A flush that fails for a
+  reason other than a lost connection is split until the closures that fail
+  on their own are isolated: one bad closure never drops the completions of
+  its 511 batch-mates.
 
 Both emit completion events: listeners registered with :meth:`subscribe`
 receive the list of :class:`CompletionEvent` of every flush (applied and
@@ -63,10 +66,24 @@ class Completer:
         self.applied = 0
         self.stale = 0
         self._listeners: list[Listener] = []
+        self._running: list[Callable[[], int]] = []
 
     def subscribe(self, listener: Listener) -> None:
         """Call ``listener(events)`` after every flush."""
         self._listeners.append(listener)
+
+    def track(self, running: Callable[[], int]) -> None:
+        """Count ``running()`` attempts (a dispatcher's in-flight jobs, those
+        submitting included) as the ones that may still submit.
+
+        Once every tracked attempt has submitted, no closure can join the
+        batch before a new claim, so it is flushed without waiting.
+        """
+        self._running.append(running)
+
+    def _nobody_else_running(self, pending: int) -> bool:
+        """Whether ``pending`` submitted closures are all the tracked attempts."""
+        return bool(self._running) and pending >= sum(running() for running in self._running)
 
     async def submit(self, closure: Closure) -> bool:
         """Close one attempt; True if it was applied, False if it was stale."""
@@ -122,6 +139,8 @@ class BatchCompleter(Completer):
         self.config = config
         self._pending: list[tuple[Closure, asyncio.Future[bool]]] = []
         self._arrived = asyncio.Event()
+        # Set while the loop lets a batch fill; resolved early once it is full.
+        self._filling: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._closing = False
 
@@ -131,7 +150,28 @@ class BatchCompleter(Completer):
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._pending.append((closure, future))
         self._arrived.set()
+        if self._filling is not None and self._full():
+            _resolve(self._filling)
         return await future
+
+    def _full(self) -> bool:
+        """Whether waiting longer cannot grow the pending batch."""
+        pending = len(self._pending)
+        return pending >= self.config.batch_size or self._nobody_else_running(pending)
+
+    async def _fill(self) -> None:
+        """Let the batch fill for up to one flush interval, unless it is full
+        (or empty: the wake-up was for closures an earlier flush took)."""
+        if not self._pending or self._full():
+            return
+        loop = asyncio.get_running_loop()
+        self._filling = filling = loop.create_future()
+        timer = loop.call_later(self.config.flush_interval, _resolve, filling)
+        try:
+            await filling
+        finally:
+            timer.cancel()
+            self._filling = None
 
     async def start(self) -> None:
         self._closing = False
@@ -141,6 +181,8 @@ class BatchCompleter(Completer):
         """Flush everything pending, then stop."""
         self._closing = True
         self._arrived.set()
+        if self._filling is not None:
+            _resolve(self._filling)
         if self._task is not None:
             await self._task
             self._task = None
@@ -196,10 +238,15 @@ class BatchCompleter(Completer):
         while True:
             await self._arrived.wait()
             self._arrived.clear()
-            if len(self._pending) < self.config.batch_size and not self._closing:
-                # Let the batch fill for up to one flush interval.
-                await asyncio.sleep(self.config.flush_interval)
+            if not self._closing:
+                await self._fill()
             while self._pending:
                 await self.run_once()
             if self._closing:
                 return
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    """End a fill wait; the timer and an early full batch may both try."""
+    if not future.done():
+        future.set_result(None)

@@ -7,6 +7,12 @@ permit is released only after its completion is durable.  When a claim
 comes back short the queue is drained for now: the dispatcher sleeps until
 a NOTIFY on the queue's channel or ``poll_interval``, whichever comes first.
 
+Woken by a NOTIFY, it waits a short back-off before claiming (see
+:class:`WakeupBackoff`): notifications arriving meanwhile share that one
+claim, and of P worker processes all woken by the same enqueue, the ones
+that keep finding the job gone (claimed by another) back off towards the
+poll interval, so a job costs about one claim instead of P.
+
 Stopping is cooperative: the dispatcher checks ``stopping`` between claims
 and never abandons a claim statement half way (an interrupted claim could
 commit receipts nobody runs).
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 import uuid
 from collections.abc import Awaitable
@@ -28,11 +35,16 @@ from ..storage.attempts import claim
 from .completer import Completer
 from .config import QueuePolicy
 from .executor import Executor, context_for
+from .leases import LeaseHub
 from .permits import Permits
 
 log = logging.getLogger("awa_django.worker")
 
 CLAIM_ERROR_DELAY = 1.0
+# Wait after a NOTIFY before claiming (seconds), so a burst shares one claim.
+WAKEUP_DEBOUNCE = 0.001
+# How much each empty / fruitful notified claim lengthens / shortens that wait.
+BACKOFF_FACTOR = 4.0
 
 
 class TokenBucket:
@@ -59,6 +71,47 @@ class TokenBucket:
     def wait_time(self) -> float:
         self._refill()
         return max(0.0, (1 - self._tokens) / self.rate)
+
+
+class WakeupBackoff:
+    """How long a dispatcher woken by NOTIFY waits before it claims.
+
+    Every worker LISTENing on a queue is woken by each enqueue, so with P
+    worker processes P dispatchers claim for one job and P-1 find nothing.
+    A dispatcher whose notified claim came back empty lost that race (or the
+    job had been taken by an earlier claim): its wait grows ``factor``-fold,
+    up to ``cap`` (the poll interval: a dispatcher that keeps losing claims
+    about as often as it polls anyway).  A claim that finds work shrinks the
+    wait by the same factor, down to ``base`` (about 1 ms, which also lets a
+    burst of notifications share one claim).  So one dispatcher ends up
+    answering NOTIFYs within ``base`` while the others stand by, and when
+    work outgrows it, their claims find jobs and bring them back.  A jitter
+    of +-50% keeps processes that wait alike from claiming in lockstep.
+    """
+
+    def __init__(
+        self,
+        base: float,
+        cap: float,
+        factor: float = BACKOFF_FACTOR,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.base = base
+        self.cap = max(cap, base)
+        self.factor = factor
+        self.current = base
+        self._rng = rng
+
+    def delay(self) -> float:
+        """The wait before the next notified claim (jittered, never above ``cap``)."""
+        return min(self.cap, self.current * (self._rng or random).uniform(0.5, 1.5))
+
+    def claimed(self, jobs: int) -> None:
+        """Learn from a notified claim (or any claim that found work)."""
+        if jobs:
+            self.current = max(self.base, self.current / self.factor)
+        else:
+            self.current = min(self.cap, self.current * self.factor)
 
 
 class ClaimBatch:
@@ -103,8 +156,10 @@ class Dispatcher:
         runtime_id: uuid.UUID,
         wakeup: asyncio.Event,
         stopping: asyncio.Event,
+        leases: LeaseHub | None = None,
     ) -> None:
         self.policy = policy
+        self._leases = leases
         self.permits = Permits(policy.max_workers)
         self._run = runner
         self._executor = executor
@@ -118,6 +173,15 @@ class Dispatcher:
             tuple[int, int, int], tuple[ClaimedJob, JobContext, asyncio.Task[None]]
         ] = {}
         self.last_claim_empty = False
+        # Claim statements issued, and those that returned no job: with
+        # ``completed`` they give claims per job, the cost of idle wake-ups.
+        self.claims = 0
+        self.empty_claims = 0
+        # Once every job here has submitted its closure, the completer
+        # flushes at once instead of waiting for batch-mates that cannot come.
+        completer.track(lambda: len(self.inflight))
+        self.backoff = WakeupBackoff(WAKEUP_DEBOUNCE, policy.queue.poll_interval)
+        self._notified = False  # the next claim answers a NOTIFY
 
     async def _wait(self, awaitable: Awaitable[object], timeout: float | None = None) -> bool:
         """Wait for ``awaitable`` unless stopping first; True if it finished."""
@@ -154,6 +218,7 @@ class Dispatcher:
         except BaseException:
             self.permits.release(wanted)
             raise
+        self._count_claim(len(jobs))
         self.permits.release(wanted - len(jobs))
         if self._bucket is not None:
             self._bucket.take(len(jobs))
@@ -161,7 +226,7 @@ class Dispatcher:
         if not jobs:
             return jobs
         loop = asyncio.get_running_loop()
-        batch = ClaimBatch([context_for(job) for job in jobs])
+        batch = ClaimBatch([context_for(job, self._leases) for job in jobs])
         deadline_at = jobs[0].deadline_at
         if deadline_at is not None:
             delay = (deadline_at - datetime.now(UTC)).total_seconds()
@@ -171,6 +236,17 @@ class Dispatcher:
             task = create_task(self._run_job(job, ctx, batch))
             self.inflight[(job.job_id, job.run_lease, job.claim_nonce)] = (job, ctx, task)
         return jobs
+
+    def _count_claim(self, claimed: int) -> None:
+        """Count a claim statement; a notified one (or any that found work)
+        also tunes the wake-up back-off.  An idle poll finding nothing does
+        not: it says nothing about other workers."""
+        self.claims += 1
+        if not claimed:
+            self.empty_claims += 1
+        if claimed or self._notified:
+            self.backoff.claimed(claimed)
+        self._notified = False
 
     async def run(self) -> None:
         while not self._stopping.is_set():
@@ -186,11 +262,23 @@ class Dispatcher:
             if self._bucket is not None and not jobs and self._bucket.available() == 0:
                 await self._wait(asyncio.sleep(self._bucket.wait_time()))
             elif self.last_claim_empty:
-                await self._wait(self._wakeup.wait(), timeout=self.policy.queue.poll_interval)
+                await self._idle()
+
+    async def _idle(self) -> None:
+        """Sleep until a NOTIFY or the poll interval; after a NOTIFY, wait the
+        back-off delay too, so whatever is notified meanwhile shares the claim."""
+        poll = self.policy.queue.poll_interval
+        if await self._wait(self._wakeup.wait(), timeout=poll):
+            self._notified = True
+            await self._wait(asyncio.sleep(self.backoff.delay()))
 
     async def _run_job(self, job: ClaimedJob, ctx: JobContext, batch: ClaimBatch) -> None:
         try:
-            closure = await self._executor.run(job, ctx, dlq=self.policy.dlq)
+            closure = await self._executor.run(
+                job, ctx, dlq=self.policy.dlq, long_running=self.policy.queue.long_running
+            )
+            if closure is None:
+                return  # parked: the lease holds the attempt, the slot is free
             applied = await self._completer.submit(closure)
             if applied and log.isEnabledFor(logging.DEBUG):
                 log.debug(

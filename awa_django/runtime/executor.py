@@ -22,9 +22,10 @@ from django.db import close_old_connections
 from ..context import JobContext
 from ..exceptions import InvalidJob
 from ..jobs import Job, registry
-from ..outcomes import Cancel, RetryAfter, Snooze, TerminalError
+from ..outcomes import Cancel, RetryAfter, Snooze, TerminalError, WaitForCallback
 from ..records import COMPLETED, ClaimedJob, Closure
 from .closures import cancelled, completed, error_entry, failed, retry_or_fail, snoozed
+from .leases import AttemptLease, LeaseHub
 from .threads import HandlerThreads
 
 log = logging.getLogger("awa_django.worker")
@@ -39,7 +40,15 @@ class Executor:
     def shutdown(self) -> None:
         self._threads.shutdown()
 
-    async def run(self, job: ClaimedJob, ctx: JobContext, *, dlq: bool) -> Closure:
+    async def run(
+        self, job: ClaimedJob, ctx: JobContext, *, dlq: bool, long_running: bool = False
+    ) -> Closure | None:
+        """Run the attempt; returns its closure, or None when it parked
+        waiting for a callback (nothing to write: the lease holds it).
+
+        ``long_running`` (the queue's option) escalates the attempt to a
+        lease before the handler starts.
+        """
         definition = registry.get(job.kind)
         if definition is None:
             message = f"unknown job kind: {job.kind}"
@@ -51,14 +60,24 @@ class Executor:
             log.error("job %s (%s): %s", job.job_id, job.kind, exc)
             return failed(job, error_entry(job, exc), dlq=dlq, reason="arguments do not fit")
 
+        lease = ctx._control
+        if long_running and isinstance(lease, AttemptLease):
+            try:
+                await lease.aheartbeat()
+            except Cancel as exc:
+                return cancelled(job, exc.reason)
         closure = await self._execute(definition, job, ctx, dlq=dlq)
+        if closure is None:
+            return None
         if closure.target != COMPLETED:
             closure = replace(closure, progress=ctx.progress_snapshot()[1])
+        if isinstance(lease, AttemptLease) and lease.leased:
+            closure = replace(closure, leased=True)
         return closure
 
     async def _execute(
         self, definition: Job[..., Any], job: ClaimedJob, ctx: JobContext, *, dlq: bool
-    ) -> Closure:
+    ) -> Closure | None:
         log.debug("job %s (%s) attempt %s starting", job.job_id, job.kind, job.attempt)
         try:
             if definition.is_async:
@@ -67,6 +86,8 @@ class Executor:
                 value = await self._threads.submit(_call_sync, definition, ctx, job)
         except asyncio.CancelledError:
             raise
+        except WaitForCallback:
+            return await self._park(job, ctx, dlq=dlq)
         except Snooze as exc:
             return snoozed(job, exc.delay)
         except RetryAfter as exc:
@@ -96,6 +117,18 @@ class Executor:
         return completed(job, value)
 
     @staticmethod
+    async def _park(job: ClaimedJob, ctx: JobContext, *, dlq: bool) -> Closure | None:
+        lease = ctx._control
+        try:
+            if isinstance(lease, AttemptLease) and await lease.park():
+                return None
+        except Cancel as exc:
+            return cancelled(job, exc.reason)
+        message = "WaitForCallback raised without ctx.register_callback()"
+        log.error("job %s (%s): %s", job.job_id, job.kind, message)
+        return failed(job, error_entry(job, None, message), dlq=dlq, reason=message)
+
+    @staticmethod
     async def _call(definition: Job[..., Any], ctx: JobContext, job: ClaimedJob) -> Any:
         if definition.takes_context:
             return await definition.func(ctx, *job.args, **job.kwargs)
@@ -112,8 +145,9 @@ def _call_sync(definition: Job[..., Any], ctx: JobContext, job: ClaimedJob) -> A
         close_old_connections()
 
 
-def context_for(job: ClaimedJob) -> JobContext:
-    return JobContext(
+def context_for(job: ClaimedJob, hub: LeaseHub | None = None) -> JobContext:
+    lease = hub.control(job) if hub is not None else None
+    ctx = JobContext(
         job_id=job.job_id,
         kind=job.kind,
         queue=job.queue,
@@ -125,4 +159,8 @@ def context_for(job: ClaimedJob) -> JobContext:
         tags=job.tags,
         progress=job.progress,
         claim_nonce=job.claim_nonce,
+        control=lease,
     )
+    if lease is not None:
+        lease.ctx = ctx
+    return ctx

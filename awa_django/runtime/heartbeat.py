@@ -24,12 +24,14 @@ import socket
 import uuid
 from collections.abc import Sequence
 
+from ..context import JobContext
 from ..records import ClaimedJob, OpenReceipt
-from ..storage import AsyncRunner, runtimes
+from ..storage import AsyncRunner, leases, runtimes
 from ..storage.attempts import close_attempts, closed_attempts, orphaned_receipts
 from .closures import handed_back
 from .config import PeriodicConfig
 from .inflight import Inflight, nothing_inflight
+from .leases import AttemptLease
 from .service import PeriodicService
 
 log = logging.getLogger("awa_django.worker")
@@ -65,8 +67,14 @@ class Heartbeat(PeriodicService[dict[str, int]]):
         orphaned receipts; returns how many of each."""
         running = {_key(job): (job, ctx) for job, ctx in self._inflight()}
         await self._run(runtimes.heartbeat(self.runtime_id))
+        if any(_leased(ctx) for _, ctx in running.values()):
+            await self._run(leases.heartbeat(self.runtime_id))
         closed = await self._run(closed_attempts([job for job, _ in running.values()]))
-        for key in closed:
+        # An attempt that finished normally since the snapshot above is closed
+        # too, by its own completion: only those still running were closed
+        # by someone else.
+        still = {_key(job) for job, _ in self._inflight()}
+        for key in closed & still:
             job, ctx = running[key]
             if not ctx.is_cancelled():
                 log.warning(
@@ -82,9 +90,14 @@ class Heartbeat(PeriodicService[dict[str, int]]):
             won = await self._run(close_attempts([handed_back(r) for r in orphans]))
             handed = len(won)
             log.warning("handed back %s orphaned receipts of this runtime", handed)
-        return {"cancelled": len(closed), "handed_back": handed}
+        return {"cancelled": len(closed & still), "handed_back": handed}
 
 
 def _key(attempt: ClaimedJob | OpenReceipt) -> tuple[int, int, int | None]:
     """Who an attempt is: its run_lease and the nonce of the claim that made it."""
     return (attempt.job_id, attempt.run_lease, attempt.claim_nonce)
+
+
+def _leased(ctx: JobContext) -> bool:
+    control = ctx._control
+    return isinstance(control, AttemptLease) and control.leased

@@ -8,9 +8,12 @@ rescue, a prune, a cleanup batch -- never delays the others):
   the ready ring (:class:`~.promoter.Promoter`);
 * ``queue_ring`` / ``claim_ring`` / ``lease_ring``: one rotate, then one
   prune attempt, per tick (:class:`RingTask`);
-* ``stale_rescue`` / ``deadline_rescue``: close attempts whose runtime's
-  heartbeat went stale, or that ran past their deadline (:class:`Rescuer`);
-* ``cleanup``: stale runtime rows, expired DLQ rows, old ledger rows.
+* ``stale_rescue`` / ``deadline_rescue`` / ``callback_rescue``: close
+  attempts (receipts and leases) whose runtime's heartbeat went stale, that
+  ran past their deadline, or whose parked callback timed out
+  (:class:`Rescuer`);
+* ``cleanup``: stale runtime rows, expired DLQ rows, old ledger rows;
+* ``cron``: fire due periodic schedules (:class:`CronTask`).
 
 :class:`Maintenance` competes for leadership through a
 :class:`~.leader.Leader` and starts the tasks when a term begins, stops them
@@ -26,6 +29,7 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
+from .. import cron
 from ..storage import AsyncRunner
 from ..storage import maintenance as store
 from .config import RESCUE_BATCH, RESCUE_PAUSE, MaintenanceConfig, PeriodicConfig
@@ -58,6 +62,14 @@ class RingTask(PeriodicService[dict[str, str]]):
         return {"rotate": rotated, "prune": pruned}
 
 
+# Rescue reasons and the names of their tasks.
+RESCUE_TASKS = {
+    "stale_heartbeat": "stale_rescue",
+    "deadline_expired": "deadline_rescue",
+    "callback_timeout": "callback_rescue",
+}
+
+
 class Rescuer(PeriodicService[int]):
     """Closes abandoned attempts in batches, pausing between batches."""
 
@@ -71,7 +83,7 @@ class Rescuer(PeriodicService[int]):
         maintenance: MaintenanceConfig,
     ) -> None:
         super().__init__(config)
-        self.name = "stale_rescue" if reason == "stale_heartbeat" else "deadline_rescue"
+        self.name = RESCUE_TASKS[reason]
         self.reason = reason
         self._run = runner
         self._maintenance = maintenance
@@ -120,6 +132,25 @@ class Cleaner(PeriodicService[int]):
         )
 
 
+class CronTask(PeriodicService[int]):
+    """Fires the periodic schedules that are due (:func:`awa_django.cron.evaluate`).
+
+    Every fire is guarded by its schedule's row, so a deposed leader still
+    ticking alongside the new one cannot fire an occurrence twice.
+    """
+
+    name = "cron"
+    run_at_start = True
+
+    def __init__(self, config: PeriodicConfig, runner: AsyncRunner) -> None:
+        super().__init__(config)
+        self._run = runner
+
+    async def run_once(self) -> int:
+        """Fire what is due now; returns how many schedules fired."""
+        return len(await cron.evaluate(self._run))
+
+
 class Maintenance:
     """Competes for leadership and, while leader, runs the maintenance tasks."""
 
@@ -161,7 +192,11 @@ class Maintenance:
             "deadline_rescue": Rescuer(
                 PeriodicConfig(s.deadline_rescue_interval), run, "deadline_expired", config
             ),
+            "callback_rescue": Rescuer(
+                PeriodicConfig(s.callback_rescue_interval), run, "callback_timeout", config
+            ),
             "cleanup": Cleaner(PeriodicConfig(s.cleanup_interval), run, config),
+            "cron": CronTask(PeriodicConfig(cron.EVALUATE_INTERVAL), run),
         }
 
     @property

@@ -5,12 +5,19 @@ A dedicated autocommit connection (LISTEN cannot share a pooled one).  Each
 arrive within one wait window.  When the connection drops, every dispatcher
 is woken once after reconnecting, since notifications sent meanwhile are
 lost; polling covers the gap.
+
+Besides the queue channels it relays the runtime channels to their
+handlers: ``awa!cancel`` (an attempt was closed by an operator or a
+callback: cancel its context here) and ``awa!callbacks`` (a sequential wait
+was resumed).  Their fallbacks are the heartbeat's closed-attempt check and
+the waits' own polling.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import psycopg
@@ -28,9 +35,16 @@ WAIT_WINDOW = 5.0
 class Notifier:
     name = "notifier"
 
-    def __init__(self, conninfo: str, wakeups: dict[str, asyncio.Event]) -> None:
+    def __init__(
+        self,
+        conninfo: str,
+        wakeups: dict[str, asyncio.Event],
+        handlers: Mapping[str, Callable[[str], None]] | None = None,
+    ) -> None:
         self._conninfo = conninfo
         self._by_channel = {queue_channel(queue): event for queue, event in wakeups.items()}
+        # channel -> called with each notification's payload
+        self._handlers = dict(handlers or {})
         self.listening = asyncio.Event()
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._task: asyncio.Task[None] | None = None
@@ -38,7 +52,7 @@ class Notifier:
     async def _listen(self) -> psycopg.AsyncConnection[Any]:
         if self._conn is None or self._conn.closed:
             conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
-            for channel in self._by_channel:
+            for channel in [*self._by_channel, *self._handlers]:
                 await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
             self._conn = conn
             self.listening.set()
@@ -54,6 +68,14 @@ class Notifier:
             event = self._by_channel.get(notification.channel)
             if event is not None:
                 event.set()
+                relayed += 1
+                continue
+            handler = self._handlers.get(notification.channel)
+            if handler is not None:
+                try:
+                    handler(notification.payload)
+                except Exception:
+                    log.exception("handling a notification on %s failed", notification.channel)
                 relayed += 1
         return relayed
 

@@ -1,10 +1,12 @@
 """One worker process: the services of the runtime wired together.
 
-Start-up: open the connection pool, register in ``runtime_instances``, then
-run the notifier (LISTEN), one dispatcher per queue, the completion batcher,
-the heartbeat, the progress flusher and (unless ``--no-maintenance``) a
-maintenance-leader candidate.  ``--burst`` also promotes due deferred jobs
-itself before deciding the queues are empty, so it never waits on a leader.
+Start-up: open the connection pool, write this process's periodic
+declarations (:func:`~awa_django.cron.sync_declared`), register in
+``runtime_instances``, then run the notifier (LISTEN), one dispatcher per
+queue, the completion batcher, the heartbeat, the progress flusher and
+(unless ``--no-maintenance``) a maintenance-leader candidate.  ``--burst``
+also promotes due deferred jobs itself before deciding the queues are
+empty, so it never waits on a leader.
 
 Shutdown (SIGTERM/SIGINT, or ``--burst`` finding nothing left):
 
@@ -29,12 +31,14 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
+import psycopg
 from asgiref.sync import sync_to_async
 from django.db import connections
 from psycopg_pool import AsyncConnectionPool
 
 from ..conf import unimplemented_settings
 from ..context import JobContext
+from ..cron import sync_declared
 from ..records import ClaimedJob
 from ..storage import AsyncRunner
 from ..storage.attempts import queues_have_work
@@ -44,6 +48,7 @@ from .config import PeriodicConfig, WorkerConfig
 from .dispatcher import Dispatcher
 from .executor import Executor
 from .heartbeat import Heartbeat
+from .leases import CALLBACK_CHANNEL, CANCEL_CHANNEL, AttemptLease, LeaseHub
 from .maintenance import Maintenance
 from .notifier import Notifier
 from .progress import ProgressFlusher
@@ -70,6 +75,7 @@ class Worker:
         run = AsyncRunner(self.pool)
         self.executor = Executor(config.total_permits)
         self.completer = BatchCompleter(config.completer, run)
+        self.leases = LeaseHub(run, config.runtime_id, self._inflight_contexts)
         self.heartbeat = Heartbeat(
             config.heartbeat, run, config.runtime_id, self._inflight_contexts
         )
@@ -77,7 +83,14 @@ class Worker:
         self.maintenance = Maintenance(maintenance) if maintenance is not None else None
         self.promoter = Promoter(PeriodicConfig(config.settings.promote_interval), run)
         self.wakeups = {policy.name: asyncio.Event() for policy in config.queues}
-        self.notifier = Notifier(config.conninfo, self.wakeups)
+        self.notifier = Notifier(
+            config.conninfo,
+            self.wakeups,
+            {
+                CANCEL_CHANNEL: self.leases.attempt_closed,
+                CALLBACK_CHANNEL: self.leases.callback_resumed,
+            },
+        )
         self.dispatchers = [
             Dispatcher(
                 policy,
@@ -87,6 +100,7 @@ class Worker:
                 runtime_id=config.runtime_id,
                 wakeup=self.wakeups[policy.name],
                 stopping=self.stopping,
+                leases=self.leases,
             )
             for policy in config.queues
         ]
@@ -112,6 +126,16 @@ class Worker:
     def completed(self) -> int:
         return self.completer.applied
 
+    @property
+    def claims(self) -> int:
+        """Claim statements issued by this worker's dispatchers."""
+        return sum(d.claims for d in self.dispatchers)
+
+    @property
+    def empty_claims(self) -> int:
+        """Claim statements that returned no job (a wake-up or poll for nothing)."""
+        return sum(d.empty_claims for d in self.dispatchers)
+
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -119,7 +143,9 @@ class Worker:
                 loop.add_signal_handler(signum, self.request_stop)
         for problem in unimplemented_settings(self.config.settings):
             log.warning("%s", problem)
+        self.leases.bind()
         await self.pool.open(wait=True)
+        await sync_declared(self._run)  # before the leader's first cron tick
         services: list[Service] = [self.notifier, self.heartbeat, self.progress]
         if self.maintenance is not None:
             services.append(self.maintenance)
@@ -173,8 +199,14 @@ class Worker:
             await asyncio.sleep(BURST_CHECK_INTERVAL)
             if self.inflight or not all(d.last_claim_empty for d in self.dispatchers):
                 continue
-            await self.promoter.run_once()
-            busy = await self._run(queues_have_work(self.config.queue_names))
+            try:
+                await self.promoter.run_once()
+                busy = await self._run(queues_have_work(self.config.queue_names))
+            except psycopg.Error as exc:
+                # The database is away (a restart, a dropped connection): ask
+                # again on the next tick, as every periodic service does.
+                log.warning("--burst: could not check for remaining work: %s", exc)
+                continue
             if not busy and not self.inflight:
                 self.request_stop()
 
@@ -192,7 +224,11 @@ class Worker:
             ctx.cancel()
             task.cancel()
         closures = [
-            replace(handed_back(job), progress=ctx.progress_snapshot()[1])
+            replace(
+                handed_back(job),
+                progress=ctx.progress_snapshot()[1],
+                leased=isinstance(ctx._control, AttemptLease) and ctx._control.leased,
+            )
             for job, ctx, _ in leftovers
         ]
         results = await self.completer.submit_many(closures)

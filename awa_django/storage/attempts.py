@@ -100,15 +100,9 @@ def _attempts(rows: list[Row]) -> set[tuple[int, int]]:
     return {(job_id, run_lease) for job_id, run_lease in rows}
 
 
-@operation
-def close_attempts(closures: Sequence[Closure]) -> Steps[set[tuple[int, int]]]:
-    """Apply closures in one statement; returns the (job_id, run_lease) that won.
-
-    A closure missing from the result was stale: its attempt had already been
-    closed (rescued, cancelled, handed back) and nothing was written for it.
-    """
-    if not closures:
-        return set()
+def _closure_columns(closures: Sequence[Closure]) -> list[list[object] | None]:
+    """The per-closure arrays after the attempt keys: target, outcome, run_at,
+    attempt, errors, result, reason, progress."""
 
     def column(name: str, default: object = None) -> list[object] | None:
         # A column that holds only its default travels as NULL: the SQL side
@@ -117,22 +111,48 @@ def close_attempts(closures: Sequence[Closure]) -> Steps[set[tuple[int, int]]]:
         values = [getattr(c, name) for c in closures]
         return None if all(v == default for v in values) else values
 
-    rows = yield Execute.named(
-        "runtime",
-        "close_attempts",
-        [
-            *attempt_keys(closures),
-            column("target", COMPLETED),
-            column("outcome", COMPLETED),
-            column("run_at"),
-            column("attempt", 0),
-            column("errors"),
-            column("result"),
-            column("reason"),
-            column("progress"),
-        ],
-    )
-    return _attempts(rows)
+    return [
+        column("target", COMPLETED),
+        column("outcome", COMPLETED),
+        column("run_at"),
+        column("attempt", 0),
+        column("errors"),
+        column("result"),
+        column("reason"),
+        column("progress"),
+    ]
+
+
+@operation
+def close_attempts(closures: Sequence[Closure]) -> Steps[set[tuple[int, int]]]:
+    """Apply closures; returns the (job_id, run_lease) that won.
+
+    Receipts close in one statement, leased attempts (``closure.leased``) in
+    another.  A closure missing from the result was stale: its attempt had
+    already been closed (rescued, cancelled, handed back) and nothing was
+    written for it.
+    """
+    receipts = [c for c in closures if not c.leased]
+    leased = [c for c in closures if c.leased] if len(receipts) < len(closures) else []
+    won: set[tuple[int, int]] = set()
+    if receipts:
+        rows = yield Execute.named(
+            "runtime", "close_attempts", [*attempt_keys(receipts), *_closure_columns(receipts)]
+        )
+        won |= _attempts(rows)
+    if leased:
+        rows = yield Execute.named(
+            "leases",
+            "close_leases",
+            [
+                int_array([c.job_id for c in leased]),
+                int_array([c.run_lease for c in leased]),
+                nullable_int_array([c.claim_nonce for c in leased]),
+                *_closure_columns(leased),
+            ],
+        )
+        won |= _attempts(rows)
+    return won
 
 
 @operation

@@ -14,46 +14,98 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Sequence
 
+from ..exceptions import UniqueConflict
 from ..records import EnqueuedJob, PreparedJob
 from .base import Copy, Execute, Row, Steps, atomic_operation, operation
+
+#: What ``enqueue_many`` does with a unique job whose key is taken.
+ON_CONFLICT = ("raise", "skip")
+
+
+def _columns(job: PreparedJob) -> list[object]:
+    """The job columns of ``awa.enqueue_job`` / ``awa.enqueue_unique``."""
+    return [
+        job.queue,
+        job.priority,
+        job.kind,
+        job.args_json,
+        job.kwargs_json,
+        job.metadata_json,
+        job.tags,
+        job.max_attempts,
+        job.run_at,
+        job.ordering_key,
+    ]
+
+
+def _conflict(job: PreparedJob, existing_id: int) -> UniqueConflict:
+    return UniqueConflict(
+        f"a {job.kind} job with the same unique key is already queued or running "
+        f"(job {existing_id})",
+        existing_id,
+    )
+
+
+def _enqueue_unique(job: PreparedJob) -> Steps[EnqueuedJob | int]:
+    """Write a unique job, or return the id of the job holding its key."""
+    rows = yield Execute.named(
+        "enqueue", "enqueue_unique", [job.unique_key, list(job.unique_states or ()), *_columns(job)]
+    )
+    job_id, state, run_at, existing_id = rows[0]
+    if existing_id is not None:
+        return int(existing_id)
+    return EnqueuedJob(job_id, job.kind, job.queue, job.priority, state, run_at)
 
 
 @operation
 def enqueue_one(job: PreparedJob) -> Steps[EnqueuedJob]:
-    """Write one job in a single round trip; returns its reference."""
-    rows = yield Execute.named(
-        "enqueue",
-        "enqueue_job",
-        [
-            job.queue,
-            job.priority,
-            job.kind,
-            job.args_json,
-            job.kwargs_json,
-            job.metadata_json,
-            job.tags,
-            job.max_attempts,
-            job.run_at,
-            job.ordering_key,
-        ],
-    )
+    """Write one job in a single round trip; returns its reference.
+
+    A unique job whose key is held raises ``UniqueConflict``
+    and writes nothing; the caller's transaction stays usable (the SQL
+    reports the holder instead of failing).
+    """
+    if job.unique_key is not None:
+        written = yield from _enqueue_unique(job)
+        if isinstance(written, int):
+            raise _conflict(job, written)
+        return written
+    rows = yield Execute.named("enqueue", "enqueue_job", _columns(job))
     job_id, state, run_at = rows[0]
     return EnqueuedJob(job_id, job.kind, job.queue, job.priority, state, run_at)
 
 
 @atomic_operation
-def enqueue_many(jobs: Sequence[PreparedJob]) -> Steps[list[int]]:
+def enqueue_many(
+    jobs: Sequence[PreparedJob], on_conflict: str = "raise"
+) -> Steps[list[int | None]]:
     """Write prepared jobs with COPY; returns their ids in input order.
 
     Jobs may target different queues and priorities.  Jobs due now go to
-    the ready ring, future ones to ``deferred_jobs``.
+    the ready ring, future ones to ``deferred_jobs``.  Unique jobs go one by
+    one through their claims first: with ``on_conflict="raise"`` the first
+    taken key raises ``UniqueConflict`` and, the operation
+    being atomic, nothing of the batch is written; with ``"skip"`` such jobs
+    are left out and their places hold None.
     """
     if not jobs:
         return []
+    ids: list[int | None] = [0] * len(jobs)
+    plain: list[int] = []
+    for index, item in enumerate(jobs):
+        if item.unique_key is None:
+            plain.append(index)
+            continue
+        written = yield from _enqueue_unique(item)
+        if isinstance(written, int):
+            if on_conflict == "raise":
+                raise _conflict(item, written)
+            ids[index] = None
+        else:
+            ids[index] = written.id
     now = dt.datetime.now(dt.UTC)
-    ready = [i for i, item in enumerate(jobs) if item.run_at is None or item.run_at <= now]
-    deferred = [i for i, item in enumerate(jobs) if not (item.run_at is None or item.run_at <= now)]
-    ids: list[int] = [0] * len(jobs)
+    ready = [i for i in plain if _due(jobs[i], now)]
+    deferred = [i for i in plain if not _due(jobs[i], now)]
     if ready:
         routed = yield Execute.named(
             "enqueue",
@@ -69,6 +121,10 @@ def enqueue_many(jobs: Sequence[PreparedJob]) -> Steps[list[int]]:
         reserved = yield Execute.named("enqueue", "reserve_job_ids", [len(deferred)])
         yield Copy(_sql("copy_deferred"), _deferred_rows(jobs, deferred, reserved, ids))
     return ids
+
+
+def _due(job: PreparedJob, now: dt.datetime) -> bool:
+    return job.run_at is None or job.run_at <= now
 
 
 def _sql(name: str) -> str:
@@ -90,7 +146,7 @@ def _array_literal(values: list[str]) -> str:
 
 
 def _ready_rows(
-    jobs: Sequence[PreparedJob], ready: list[int], routed: list[Row], ids: list[int]
+    jobs: Sequence[PreparedJob], ready: list[int], routed: list[Row], ids: list[int | None]
 ) -> str:
     """The COPY text for the ready rows (formatted here: psycopg's per-row
     adaptation costs more than the whole insert on large batches).
@@ -113,7 +169,7 @@ def _ready_rows(
 
 
 def _deferred_rows(
-    jobs: Sequence[PreparedJob], deferred: list[int], reserved: list[Row], ids: list[int]
+    jobs: Sequence[PreparedJob], deferred: list[int], reserved: list[Row], ids: list[int | None]
 ) -> str:
     """The COPY text for ``deferred_jobs`` rows (scheduled for later)."""
     esc = _escaper()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -62,7 +63,14 @@ def job_info(row: Row) -> JobInfo:
 @operation
 def get_job(job_id: int) -> Steps[JobInfo | None]:
     rows = yield Execute.named("jobs", "get_job", [job_id])
-    return job_info(rows[0]) if rows else None
+    if not rows:
+        return None
+    info = job_info(rows[0])
+    if info.state in ("running", "waiting_external"):
+        callbacks = yield Execute.named("leases", "lease_callback", [job_id])
+        if callbacks:
+            info = dataclasses.replace(info, callback_id=callbacks[0][0])
+    return info
 
 
 @operation

@@ -2,7 +2,9 @@
 
 The maintenance leader runs them on its own async connections; tests and
 ``awa_storage`` run the same definitions through the sync runner.  The
-design of the ring gates lives in ``v003_maintenance.sql``.
+design of the ring gates lives in ``v003_maintenance.sql``; why prune proves
+them before its exclusive lock, and checks only a stamp under it, in
+``v010_short_prune.sql``.
 """
 
 from __future__ import annotations
@@ -65,7 +67,12 @@ def rotate(ring: str) -> Steps[str]:
 def prune(
     ring: str, failed_retention: float, lock_timeout_ms: int = PRUNE_LOCK_TIMEOUT_MS
 ) -> Steps[str]:
-    """Truncate the ring's oldest sealed slot if its gates allow; one of PRUNE_OUTCOMES."""
+    """Truncate the ring's oldest sealed slot if its gates allow; one of PRUNE_OUTCOMES.
+
+    Needs a READ COMMITTED transaction (autocommit is): the check under the
+    lock must see what committed while prune waited for it.  The lock hold
+    is recorded in ``awa.ring_status.last_prune_exclusive_ms``.
+    """
     return str((yield from _scalar("prune_ring", [ring, lock_timeout_ms, failed_retention])))
 
 
@@ -86,5 +93,13 @@ def rescue(
 
 @operation
 def cleanup(runtime_retention: float, dlq_retention: float, limit: int) -> Steps[int]:
-    """Delete stale runtime rows, expired DLQ rows and old ledger rows; returns how many."""
-    return int((yield from _scalar("cleanup", [runtime_retention, dlq_retention, limit])))
+    """Delete stale runtime rows, expired DLQ rows and old ledger rows, and
+    unique claims whose job left its states; returns how many."""
+    removed = int((yield from _scalar("cleanup", [runtime_retention, dlq_retention, limit])))
+    # A minute's grace: a claim that was just taken over is not worth a look.
+    claims = yield from _scalar("cleanup_unique_claims", [UNIQUE_CLAIM_GRACE, limit])
+    return removed + int(claims)
+
+
+#: Seconds a unique claim is left alone by cleanup after it was taken.
+UNIQUE_CLAIM_GRACE = 60.0

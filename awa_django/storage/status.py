@@ -1,9 +1,9 @@
 """Storage read-out for operators (``manage.py awa_storage status``).
 
 Everything here is read-only and cheap: ring cursors from the ledgers, last
-outcomes from ``ring_status``, per-slot occupancy and dead tuples from
-PostgreSQL's statistics views (estimates, not scans), the leader from
-``pg_locks``.
+outcomes and the last prune's lock hold from ``ring_status``, per-slot
+occupancy and dead tuples from PostgreSQL's statistics views (estimates,
+not scans), the leader from ``pg_locks``.
 """
 
 from __future__ import annotations
@@ -105,12 +105,17 @@ def storage_status() -> Steps[dict[str, Any]]:
             "prune": None,
             "rotations": 0,
             "truncations": 0,
+            "last_prune_exclusive_ms": None,
         }
-    for ring, action, outcome, slot, _generation, at, truncations, rotations in outcomes:
+    for ring, action, outcome, slot, _generation, at, truncations, rotations, held in outcomes:
         if ring in rings:
             rings[ring][action] = {"outcome": outcome, "slot": slot, "at": at.isoformat()}
             rings[ring]["truncations"] += truncations
             rings[ring]["rotations"] += rotations
+            if action == "prune":
+                # ACCESS EXCLUSIVE hold of the last prune that got its lock, its commit
+                # not included (see v010_short_prune.sql).
+                rings[ring]["last_prune_exclusive_ms"] = held
     hot = hot_table_totals(stats)
     return {
         "rings": {ring: rings[ring] for ring in RINGS if ring in rings},

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 
 from asgiref.sync import sync_to_async
+from django.db import InterfaceError, OperationalError, connection, transaction
 
 from awa_django import Cancel, RetryAfter, Snooze, TerminalError, job
 
@@ -155,3 +157,146 @@ def gated(ctx, timeout: float = 60.0) -> str:
         time.sleep(0.02)
     _record(ctx, "finished")
     return "released"
+
+
+# The side table of ``crash_probe``; tests/reliability creates it on its
+# throwaway database (this app has no model for it: it lives only there).
+CRASH_PROBE_TABLE = "crash_probe_runs"
+CRASH_PROBE_DDL = f"""
+CREATE TABLE {CRASH_PROBE_TABLE} (
+    job_id      bigint      NOT NULL,
+    run_lease   bigint      NOT NULL,
+    claim_nonce bigint,
+    token       uuid        PRIMARY KEY,
+    recorded_at timestamptz NOT NULL DEFAULT clock_timestamp()
+)
+"""
+
+
+@job(kind="testapp.crash_probe", takes_context=True)
+def crash_probe(ctx, sleep_ms: float = 3.0, record_timeout: float = 60.0) -> str:
+    """Records this execution durably, sleeps, returns a token unique to the execution.
+
+    The row (job_id, run_lease, claim_nonce, token) is committed with
+    synchronous_commit on, on Django's connection (not the worker's), before
+    the handler returns, so after a server crash the table still lists every
+    execution whose completion could have been written.  While the server is
+    down the insert is retried on a fresh connection (for ``record_timeout``
+    seconds): the handler outlives a crash like any handler would.
+    """
+    token = uuid.uuid4()
+    deadline = time.monotonic() + record_timeout
+    while True:
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("SET LOCAL synchronous_commit = on")
+                # A retry after a commit whose answer the crash swallowed
+                # finds its own row: the same execution, already recorded.
+                cursor.execute(
+                    f"INSERT INTO {CRASH_PROBE_TABLE} (job_id, run_lease, claim_nonce, token)"
+                    " VALUES (%s, %s, %s, %s) ON CONFLICT (token) DO NOTHING",
+                    [ctx.job_id, ctx.run_lease, ctx.claim_nonce, token],
+                )
+            break
+        except (OperationalError, InterfaceError):
+            connection.close()  # the server went away: reconnect on the next try
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+    time.sleep(sleep_ms / 1000)
+    return str(token)
+
+
+# --- callbacks and leases -----------------------------------------------------
+
+
+@job(kind="testapp.park", takes_context=True)
+def park(ctx, timeout: float = 60.0) -> None:
+    """Registers a callback and parks until it is resolved (or times out)."""
+    from awa_django import WaitForCallback
+
+    ctx.set_progress(10, "parked")
+    ctx.register_callback(timeout)
+    _record(ctx, "parked")
+    raise WaitForCallback()
+
+
+@job(kind="testapp.park_async", takes_context=True)
+async def park_async(ctx, timeout: float = 60.0) -> None:
+    from awa_django import WaitForCallback
+
+    await ctx.aregister_callback(timeout)
+    raise WaitForCallback()
+
+
+@job(kind="testapp.sequential", takes_context=True)
+def sequential(ctx, rounds: int = 2, timeout: float = 30.0) -> list:
+    """Waits for ``rounds`` callbacks one after the other; returns their payloads."""
+    payloads = []
+    for n in range(rounds):
+        callback_id = ctx.register_callback(timeout)
+        _record(ctx, f"waiting {n}")
+        payloads.append(ctx.wait_for_callback(callback_id, timeout))
+    return payloads
+
+
+@job(kind="testapp.sequential_async", takes_context=True)
+async def sequential_async(ctx, timeout: float = 30.0):
+    callback_id = await ctx.aregister_callback(timeout)
+    return await ctx.await_callback(callback_id, timeout)
+
+
+@job(kind="testapp.until_cancelled", takes_context=True)
+def until_cancelled(ctx, timeout: float = 30.0, heartbeat: bool = False) -> str:
+    """Runs until its context is cancelled; records when it noticed."""
+    if heartbeat:
+        ctx.heartbeat()
+    _record(ctx, "started")
+    deadline = time.monotonic() + timeout
+    while not ctx.is_cancelled():
+        if time.monotonic() > deadline:
+            raise TerminalError(f"not cancelled within {timeout}s")
+        time.sleep(0.01)
+    _record(ctx, "noticed")
+    return "stopped"
+
+
+@job(kind="testapp.register_then_gate", takes_context=True)
+def register_then_gate(ctx, timeout: float = 30.0) -> None:
+    """Registers a callback, then holds until released before it parks."""
+    from awa_django import WaitForCallback
+
+    ctx.register_callback(timeout)
+    _record(ctx, "registered")
+    deadline = time.monotonic() + timeout
+    while not Execution.objects.filter(job_id=ctx.job_id, label=RELEASE).exists():
+        if time.monotonic() > deadline:
+            raise TerminalError(f"not released within {timeout}s")
+        time.sleep(0.02)
+    _record(ctx, f"cancelled={ctx.is_cancelled()}")
+    raise WaitForCallback()
+
+
+@job(kind="testapp.long_progress", takes_context=True)
+def long_progress(ctx, timeout: float = 30.0) -> str:
+    """Heartbeats, reports progress, fails its first attempt; the retry sees the progress."""
+    ctx.heartbeat()
+    if ctx.attempt == 1:
+        ctx.set_progress(40, "first half", step=2)
+        _record(ctx, "reported")
+        deadline = time.monotonic() + timeout
+        while not Execution.objects.filter(job_id=ctx.job_id, label=RELEASE).exists():
+            if ctx.is_cancelled() or time.monotonic() > deadline:
+                return "stopped"
+            time.sleep(0.02)
+        raise RuntimeError("first attempt fails after reporting progress")
+    return f"resumed at step {ctx.progress['checkpoint']['step']}"
+
+
+@job(kind="testapp.fails_until_released", takes_context=True)
+def fails_until_released(ctx) -> str:
+    """Fails terminally until the test writes a RELEASE row for the job (a fix is deployed)."""
+    _record(ctx, "attempt")
+    if not Execution.objects.filter(job_id=ctx.job_id, label=RELEASE).exists():
+        raise TerminalError("not fixed yet")
+    return f"fixed on attempt {ctx.attempt}"

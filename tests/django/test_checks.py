@@ -241,3 +241,12 @@ def _current_name() -> str:
     from django.db import connection
 
     return connection.settings_dict["NAME"]
+
+
+def test_heartbeat_staleness_under_three_intervals_is_a_warning():
+    with override_settings(AWA={"HEARTBEAT_INTERVAL": 10, "HEARTBEAT_STALENESS": 25}):
+        messages = check_settings()
+    assert [m.id for m in messages] == ["awa_django.W003"]
+    assert "3x" in messages[0].msg and not messages[0].is_serious()
+    with override_settings(AWA={"HEARTBEAT_INTERVAL": 10, "HEARTBEAT_STALENESS": 30}):
+        assert check_settings() == []

@@ -39,7 +39,10 @@ def test_a_misspelt_setting_suggests_the_nearest_one(key, nearest):
 def test_an_unknown_key_with_no_near_match_lists_the_valid_ones():
     (found,) = problems({"QUEUES": {"email": {"colour": "red"}}})
     assert "did you mean" not in found
-    assert "valid queue options: claim_batch_size, claimers, deadline, max_workers" in found
+    expected = (
+        "valid queue options: claim_batch_size, claimers, deadline, long_running, max_workers"
+    )
+    assert expected in found
     (found,) = problems({"ZZZ": 1})
     assert "valid settings: ADMIN_READ_ONLY" in found and "QUEUES" in found
 

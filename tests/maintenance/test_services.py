@@ -150,7 +150,9 @@ def test_run_once_needs_and_uses_the_leadership(reset_awa, queue):
         "lease_ring",
         "stale_rescue",
         "deadline_rescue",
+        "callback_rescue",
         "cleanup",
+        "cron",
     }
     assert results["queue_ring"] == {"rotate": "skipped_idle", "prune": "already_pruned"}
 

@@ -1,7 +1,9 @@
-"""``manage.py awa_bench``: enqueue, drain and latency figures for this database."""
+"""``manage.py awa_bench``: enqueue, drain and latency figures for this database,
+or (``--backlog``, ``--serial``) focused figures of the claim/close hot path."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import platform
@@ -24,13 +26,29 @@ from awa_django.storage import status
 from awa_django.storage.base import run
 
 STAGES = ("enqueue", "drain", "latency")
+DEFAULT_BACKLOG = "100,10000,100000"
+DEFAULT_SERIAL_JOBS = 2_000
+
+
+def backlog_sizes(value: str) -> tuple[int, ...]:
+    """``--backlog`` value: comma-separated positive job counts."""
+    try:
+        sizes = tuple(int(part) for part in value.split(",") if part.strip())
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: expected comma-separated positive job counts, e.g. {DEFAULT_BACKLOG}"
+        )
+    return sizes
 
 
 class Command(BaseCommand):
     help = (
         "Benchmark this installation: COPY and single enqueue, drain of N no-op jobs, "
         "pickup latency at a fixed rate, WAL bytes/commits per job, dead tuples, schema size. "
-        "Use a dedicated database. Example: manage.py awa_bench --jobs 5000 --json report.json"
+        "Use a dedicated database. Example: manage.py awa_bench --jobs 5000 --json report.json. "
+        "--backlog and --serial run focused hot-path stages instead of the default ones."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -53,7 +71,9 @@ class Command(BaseCommand):
             type=int,
             default=1,
             metavar="N",
-            help="Worker processes for the drain (default 1).",
+            help="Worker processes for the drain (default 1); the latency stage runs as many "
+            "workers in this process, each with its own pool and LISTEN connection, so it can "
+            "count their claims.",
         )
         parser.add_argument(
             "--handler",
@@ -89,6 +109,33 @@ class Command(BaseCommand):
             choices=STAGES,
             help="Skip a stage (repeatable), e.g. --skip latency.",
         )
+        parser.add_argument(
+            "--backlog",
+            nargs="?",
+            const=backlog_sizes(DEFAULT_BACKLOG),
+            type=backlog_sizes,
+            metavar="SIZES",
+            help="Focused stage (the default stages are skipped): p50/p95 of 1-job claims over "
+            "backlogs of these sizes, built by single enqueues (one ready segment per job; "
+            f"default {DEFAULT_BACKLOG}), e.g. --backlog 100,50000.",
+        )
+        parser.add_argument(
+            "--backlog-claims",
+            type=int,
+            default=200,
+            metavar="N",
+            help="Timed 1-job claims at each --backlog size (default 200).",
+        )
+        parser.add_argument(
+            "--serial",
+            nargs="?",
+            const=DEFAULT_SERIAL_JOBS,
+            type=int,
+            metavar="N",
+            help="Focused stage (the default stages are skipped): a 1-permit worker drains N "
+            f"no-op jobs (default {DEFAULT_SERIAL_JOBS}), taking turns with a bare claim + close "
+            "loop, the floor the database imposes.",
+        )
         parser.add_argument("--json", metavar="PATH", help="Also write the report as JSON to PATH.")
         add_database_argument(parser)
 
@@ -97,6 +144,10 @@ class Command(BaseCommand):
             raise CommandError("--jobs, --workers and --processes must be positive")
         if options["rate"] <= 0 or options["duration"] <= 0:
             raise CommandError("--rate and --duration must be positive")
+        if options["serial"] is not None and options["serial"] < 2:
+            raise CommandError("--serial needs at least 2 jobs")
+        if options["backlog_claims"] < 1:
+            raise CommandError("--backlog-claims must be positive")
         check_queue(options["queue"])
         bench = BenchOptions(
             jobs=options["jobs"],
@@ -108,6 +159,9 @@ class Command(BaseCommand):
             duration=options["duration"],
             single_jobs=min(2_000, options["jobs"]),
             database=options["database"],
+            backlog=options["backlog"] or (),
+            backlog_claims=options["backlog_claims"],
+            serial_jobs=options["serial"] or 0,
         )
         console = Console(stderr=True)
         report = run_benchmark(bench, set(options["skip"]), console)
@@ -128,71 +182,16 @@ class Command(BaseCommand):
 
 
 def run_benchmark(bench: BenchOptions, skip: set[str], console: Console) -> dict[str, Any]:
-    """Run the stages not in ``skip``; returns the report (environment, options, results)."""
+    """Run the focused stages if any was asked for, else the default stages not in
+    ``skip``; returns the report (environment, options, results)."""
     results: dict[str, Any] = {"storage_before": workloads.storage_snapshot(bench.database)}
     with Progress(
         SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console
     ) as progress:
-        if "enqueue" not in skip:
-            task = progress.add_task(f"single enqueue of {bench.single_jobs} jobs")
-            results["single_enqueue"] = workloads.single_enqueue(bench)
-            progress.update(
-                task,
-                description=f"single enqueue: {results['single_enqueue']['jobs_per_s']:,} jobs/s",
-                completed=1,
-                total=1,
-            )
-            # Drain those outside the measurements below.
-            workloads.drain(dataclasses.replace(bench, processes=1))
-        # PostgreSQL cost is measured over COPY enqueue + drain of --jobs jobs.
-        time.sleep(1.2)  # let every backend flush its statistics
-        start_counters = run(status.pg_counters(), bench.database)
-        enqueued = 0
-        if "enqueue" not in skip:
-            task = progress.add_task(f"COPY enqueue of {bench.jobs} jobs")
-            results["copy_enqueue"] = workloads.bulk_enqueue(bench)
-            enqueued += bench.jobs
-            progress.update(
-                task,
-                description=f"COPY enqueue: {results['copy_enqueue']['jobs_per_s']:,} jobs/s",
-                completed=1,
-                total=1,
-            )
-        if "drain" not in skip:
-            if "enqueue" in skip:
-                workloads.bulk_enqueue(bench)
-                enqueued += bench.jobs
-            task = progress.add_task(
-                f"drain with {bench.workers} permits x {bench.processes} process(es), "
-                f"{bench.handler} handler"
-            )
-            results["drain"] = workloads.drain(bench)
-            progress.update(
-                task,
-                description=f"drain: {results['drain']['jobs_per_s']:,} jobs/s",
-                completed=1,
-                total=1,
-            )
-        if enqueued:
-            time.sleep(1.2)
-            results["postgres_per_job"] = workloads.pg_costs(
-                start_counters, run(status.pg_counters(), bench.database), enqueued, bench.database
-            )
-            results["storage_after_drain"] = workloads.storage_snapshot(bench.database)
-        if "latency" not in skip:
-            task = progress.add_task(f"pickup latency at {bench.rate:g} jobs/s", total=None)
-
-            def tick(sent: int, done: int) -> None:
-                progress.update(
-                    task,
-                    description=(
-                        f"pickup latency at {bench.rate:g} jobs/s: sent {sent:,}, done {done:,}"
-                    ),
-                )
-
-            results["latency"] = workloads.offered_rate(bench, tick)
-            progress.update(task, completed=1, total=1)
-            results["storage_after_latency"] = workloads.storage_snapshot(bench.database)
+        if bench.backlog or bench.serial_jobs:
+            _focused_stages(bench, results, progress)
+        else:
+            _default_stages(bench, skip, results, progress)
     return {
         "environment": {
             "date": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -203,6 +202,100 @@ def run_benchmark(bench: BenchOptions, skip: set[str], console: Console) -> dict
         "options": dataclasses.asdict(bench),
         "results": results,
     }
+
+
+def _focused_stages(bench: BenchOptions, results: dict[str, Any], progress: Progress) -> None:
+    """``--backlog`` / ``--serial``: the hot path measured on its own."""
+    if bench.backlog:
+        task = progress.add_task("claim latency over backlogs", total=None)
+
+        def on_size(size: int) -> None:
+            progress.update(task, description=f"building a backlog of {size:,} single enqueues")
+
+        results["backlog"] = workloads.backlog_claims(bench, on_size)
+        ratio = results["backlog"].get("p50_max_over_min")
+        progress.update(
+            task, description=f"claim latency: p50 max/min {ratio}", completed=1, total=1
+        )
+    if bench.serial_jobs:
+        task = progress.add_task(f"serial: 1-permit worker and bare loop, {bench.serial_jobs} jobs")
+        results["serial"] = workloads.serial(bench)
+        serial = results["serial"]
+        progress.update(
+            task,
+            description=f"serial: worker {serial['worker_jobs_per_s']:,} jobs/s, "
+            f"floor {serial['floor_jobs_per_s']:,} jobs/s",
+            completed=1,
+            total=1,
+        )
+
+
+def _default_stages(
+    bench: BenchOptions, skip: set[str], results: dict[str, Any], progress: Progress
+) -> None:
+    """Enqueue, drain and latency (the stages not in ``skip``)."""
+    if "enqueue" not in skip:
+        task = progress.add_task(f"single enqueue of {bench.single_jobs} jobs")
+        results["single_enqueue"] = workloads.single_enqueue(bench)
+        progress.update(
+            task,
+            description=f"single enqueue: {results['single_enqueue']['jobs_per_s']:,} jobs/s",
+            completed=1,
+            total=1,
+        )
+        # Drain those outside the measurements below.
+        workloads.drain(dataclasses.replace(bench, processes=1))
+    # PostgreSQL cost is measured over COPY enqueue + drain of --jobs jobs.
+    time.sleep(1.2)  # let every backend flush its statistics
+    start_counters = run(status.pg_counters(), bench.database)
+    enqueued = 0
+    if "enqueue" not in skip:
+        task = progress.add_task(f"COPY enqueue of {bench.jobs} jobs")
+        results["copy_enqueue"] = workloads.bulk_enqueue(bench)
+        enqueued += bench.jobs
+        progress.update(
+            task,
+            description=f"COPY enqueue: {results['copy_enqueue']['jobs_per_s']:,} jobs/s",
+            completed=1,
+            total=1,
+        )
+    if "drain" not in skip:
+        if "enqueue" in skip:
+            workloads.bulk_enqueue(bench)
+            enqueued += bench.jobs
+        task = progress.add_task(
+            f"drain with {bench.workers} permits x {bench.processes} process(es), "
+            f"{bench.handler} handler"
+        )
+        results["drain"] = workloads.drain(bench)
+        progress.update(
+            task,
+            description=f"drain: {results['drain']['jobs_per_s']:,} jobs/s",
+            completed=1,
+            total=1,
+        )
+    if enqueued:
+        time.sleep(1.2)
+        results["postgres_per_job"] = workloads.pg_costs(
+            start_counters, run(status.pg_counters(), bench.database), enqueued, bench.database
+        )
+        results["storage_after_drain"] = workloads.storage_snapshot(bench.database)
+    if "latency" not in skip:
+        workers = f" x {bench.processes} workers" if bench.processes > 1 else ""
+        task = progress.add_task(f"pickup latency at {bench.rate:g} jobs/s{workers}", total=None)
+
+        def tick(sent: int, done: int) -> None:
+            progress.update(
+                task,
+                description=(
+                    f"pickup latency at {bench.rate:g} jobs/s{workers}: "
+                    f"sent {sent:,}, done {done:,}"
+                ),
+            )
+
+        results["latency"] = workloads.offered_rate(bench, tick)
+        progress.update(task, completed=1, total=1)
+        results["storage_after_latency"] = workloads.storage_snapshot(bench.database)
 
 
 def _flatten(data: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:

@@ -8,12 +8,15 @@ import logging
 import signal
 from typing import Any
 
+import psycopg
 from django.core.management.base import BaseCommand, CommandParser
 
 from awa_django.conf import awa_settings, unimplemented_settings
+from awa_django.cron import sync_declared
 from awa_django.management.options import add_database_argument
 from awa_django.runtime.config import MaintenanceConfig
 from awa_django.runtime.maintenance import Maintenance
+from awa_django.storage import AsyncRunner
 from awa_django.storage.connection import conninfo
 
 from .awa_worker import _default_logging
@@ -22,8 +25,9 @@ from .awa_worker import _default_logging
 class Command(BaseCommand):
     help = (
         "Compete for the maintenance leadership and run maintenance while leader "
-        "(promotion, ring rotation and prune, rescue, cleanup); runs no jobs. Pair it with "
-        "manage.py awa_worker --no-maintenance. Example: manage.py awa_maintenance"
+        "(promotion, ring rotation and prune, rescue, cleanup, periodic schedules); runs no "
+        "jobs. Pair it with manage.py awa_worker --no-maintenance. "
+        "Example: manage.py awa_maintenance"
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -38,7 +42,19 @@ class Command(BaseCommand):
         asyncio.run(_run(Maintenance(config)))
 
 
+async def _sync_declared(dsn: str) -> None:
+    """Write the schedules this process declares, as a worker does at start-up."""
+    try:
+        conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    except psycopg.Error as exc:
+        logging.getLogger("awa_django.cron").error("periodic schedules were not synced: %s", exc)
+        return
+    async with conn:
+        await sync_declared(AsyncRunner(conn))
+
+
 async def _run(maintenance: Maintenance) -> None:
+    await _sync_declared(maintenance.config.conninfo)  # before competing to lead
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

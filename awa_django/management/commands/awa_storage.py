@@ -14,6 +14,10 @@ from awa_django.storage.base import run
 from awa_django.storage.status import storage_status
 
 
+def _milliseconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
 class Command(BaseCommand):
     help = (
         "Show the queue-storage state: ring cursors and outcomes, leader, backlog, dead "
@@ -50,6 +54,7 @@ class Command(BaseCommand):
             "last prune",
             "rotations",
             "truncations",
+            "prune lock ms",
             "rows per slot",
         ):
             rings.add_column(column)
@@ -61,6 +66,7 @@ class Command(BaseCommand):
                 (ring["prune"] or {}).get("outcome", "-"),
                 str(ring["rotations"]),
                 str(ring["truncations"]),
+                _milliseconds(ring["last_prune_exclusive_ms"]),
                 " ".join(str(n) for n in ring["occupancy"]),
             )
         console.print(rings)

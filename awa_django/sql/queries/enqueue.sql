@@ -6,6 +6,12 @@ SELECT job_id, state, run_at
   FROM awa.enqueue_job(%s, %s::smallint, %s, %s::json, %s::json, %s::jsonb, %s::text[],
                        %s::smallint, %s::timestamptz, %s::text)
 
+-- name: enqueue_unique
+-- A unique job: takes its key's claim, or returns the holder (existing_id).
+SELECT job_id, state, run_at, existing_id
+  FROM awa.enqueue_unique(%s, %s::text[], %s, %s::smallint, %s, %s::json, %s::json, %s::jsonb,
+                          %s::text[], %s::smallint, %s::timestamptz, %s::text)
+
 -- name: reserve_ready_batch
 SELECT r.ord, r.job_id, r.shard, r.lane_seq, r.ready_slot, r.ready_generation, now()::text
   FROM awa.reserve_ready_batch(%s::text[], %s::smallint[], %s::text[]) AS r

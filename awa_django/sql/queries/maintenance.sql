@@ -19,15 +19,18 @@ SELECT awa.ensure_ring_partitions(%s, %s)
 SELECT awa.rotate_ring(%s)
 
 -- name: prune_ring
-SELECT awa.prune_ring(%s, %s, make_interval(secs => %s))
+SELECT awa.prune_ring_v2(%s, %s, make_interval(secs => %s))
 
 -- name: rescue_attempts
-SELECT awa.rescue_attempts(%s, make_interval(secs => %s), %s, %s::text[], %s::text[], %s)
+SELECT awa.rescue_v2(%s, make_interval(secs => %s), %s, %s::text[], %s::text[], %s)
 
 -- name: closed_attempts
 SELECT job_id, run_lease, claim_nonce
   FROM awa.closed_attempts_v2(%s::smallint[], %s::bigint[], %s::integer[], %s::bigint[],
                               %s::bigint[], %s::bigint[])
+
+-- name: cleanup_unique_claims
+SELECT awa.cleanup_unique_claims(make_interval(secs => %s), %s)
 
 -- name: cleanup
 SELECT awa.cleanup(make_interval(secs => %s), make_interval(secs => %s), %s)
@@ -46,7 +49,8 @@ SELECT ring, (awa.ring_cursor(ring)).slot, (awa.ring_cursor(ring)).generation,
   FROM awa.ring_config ORDER BY ring
 
 -- name: ring_status
-SELECT ring, action, outcome, slot, generation, at, truncations, rotations
+SELECT ring, action, outcome, slot, generation, at, truncations, rotations,
+       last_prune_exclusive_ms
   FROM awa.ring_status ORDER BY ring, action
 
 -- name: table_stats

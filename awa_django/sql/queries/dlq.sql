@@ -1,0 +1,30 @@
+-- Dead-letter queue operations (see v013_dlq.sql).  JSON columns as text.
+
+-- name: dlq_list
+SELECT job_id, kind, queue, priority, args::text, kwargs::text, metadata::text, tags, attempt,
+       max_attempts, errors::text, progress::text, reason, created_at, run_at, attempted_at,
+       moved_at
+  FROM awa.dlq_entries
+ WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+ ORDER BY moved_at DESC, job_id DESC
+ LIMIT %(limit)s
+
+-- name: dlq_retry
+SELECT awa.dlq_retry(%s::bigint[], %s, %s::smallint)
+
+-- name: dlq_purge
+SELECT awa.dlq_purge(%s::bigint[])
+
+-- name: dlq_select
+SELECT awa.dlq_select(%s, %s, %s, %s)
+
+-- name: move_failed_to_dlq
+SELECT awa.move_failed_to_dlq(%s, %s)
+
+-- name: dlq_count
+SELECT count(*)
+  FROM awa.dlq_entries
+ WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+   AND (%(moved_before)s::timestamptz IS NULL OR moved_at < %(moved_before)s::timestamptz)

@@ -1,0 +1,111 @@
+"""Leases, external callbacks and cancellation (see ``v011_leases.sql``).
+
+An attempt starts as a receipt; the operations here escalate it to a lease
+when it needs mutable state (a callback, explicit heartbeats), park it while
+it waits for a callback, resolve callbacks, and cancel jobs in any state.
+Closing a leased attempt is part of :func:`.attempts.close_attempts`.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from ..records import ClaimedJob
+from .base import Execute, Steps, operation, single
+
+#: What resolving a callback can do (the HTTP receiver's actions).
+CALLBACK_ACTIONS = ("complete", "fail", "retry", "resume")
+
+
+@operation
+def materialize(
+    job: ClaimedJob,
+    runtime_id: uuid.UUID,
+    callback_id: uuid.UUID | None = None,
+    callback_timeout: float = 0.0,
+) -> Steps[bool]:
+    """Escalate ``job``'s receipt to a lease (or refresh the lease it has),
+    registering ``callback_id`` when given; False when the attempt is no
+    longer open."""
+    params = [
+        job.claim_slot,
+        job.batch_id,
+        job.item,
+        job.job_id,
+        job.run_lease,
+        job.claim_nonce,
+        runtime_id,
+        callback_id,
+        callback_timeout,
+    ]
+    return bool(single((yield Execute.named("leases", "materialize_lease", params))))
+
+
+@operation
+def park(job: ClaimedJob, progress: str | None) -> Steps[bool]:
+    """Move a leased attempt with a callback to waiting_external; False when
+    its lease is gone (the callback or a cancel closed it first)."""
+    params = [job.job_id, job.run_lease, job.claim_nonce, progress]
+    return bool(single((yield Execute.named("leases", "park_lease", params))))
+
+
+@operation
+def heartbeat(runtime_id: uuid.UUID) -> Steps[int]:
+    """Refresh the running leases of a runtime; returns how many."""
+    return int(single((yield Execute.named("leases", "heartbeat_leases", [runtime_id]))))
+
+
+@operation
+def callback_result(job_id: int, run_lease: int, callback_id: uuid.UUID) -> Steps[tuple[bool, Any]]:
+    """``(True, payload)`` once a resume handed ``callback_id``'s payload to
+    this attempt, else ``(False, None)``."""
+    rows = yield Execute.named("leases", "callback_result", [job_id, run_lease, str(callback_id)])
+    if not rows:
+        return False, None
+    return True, json.loads(rows[0][0])
+
+
+@operation
+def waiting_callback(job_id: int) -> Steps[uuid.UUID | None]:
+    """The callback a live attempt of the job has registered, if any."""
+    rows = yield Execute.named("leases", "lease_callback", [job_id])
+    return rows[0][0] if rows else None
+
+
+@operation
+def resolve_callback(
+    callback_id: uuid.UUID,
+    action: str,
+    *,
+    payload: str | None = None,
+    error: str | None = None,
+    dlq_default: bool = False,
+    dlq_on: Sequence[str] = (),
+    dlq_off: Sequence[str] = (),
+) -> Steps[str | None]:
+    """Apply ``action`` (see :data:`CALLBACK_ACTIONS`) to the attempt waiting
+    for ``callback_id``; returns its new state, or None when no live attempt
+    has that callback.  ``payload`` is JSON text."""
+    params = [callback_id, action, payload, error, dlq_default, list(dlq_on), list(dlq_off)]
+    value = single((yield Execute.named("leases", "resolve_callback", params)))
+    return None if value is None else str(value)
+
+
+@operation
+def retry_job(job_id: int, reason: str) -> Steps[str | None]:
+    """Run a failed or cancelled job again; returns ``'retried'``,
+    ``'already_<state>'`` for a job in another state, or None for an unknown id."""
+    value = single((yield Execute.named("leases", "retry_job", [job_id, reason])))
+    return None if value is None else str(value)
+
+
+@operation
+def cancel_job(job_id: int, reason: str) -> Steps[str | None]:
+    """Cancel a job in any live state; returns ``'cancelled'``,
+    ``'already_<state>'`` for a job that had finished, or None for an
+    unknown id."""
+    value = single((yield Execute.named("leases", "cancel_job", [job_id, reason])))
+    return None if value is None else str(value)

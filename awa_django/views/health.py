@@ -1,0 +1,112 @@
+"""Health probes: ``healthz`` (liveness) and ``readyz`` (readiness).
+
+Each probe runs a short list of checks against the awa database (the
+URLconf's ``database`` kwarg, default ``AWA["DATABASE"]``) and answers
+``200 {"status": "ok"}`` when all pass, or ``503 {"status": "unavailable",
+"reason": "..."}`` naming the first that failed.  A check is a function
+taking the database alias that returns nothing or raises
+:class:`Unavailable` (a ``DatabaseError`` or ``ImproperlyConfigured`` is
+turned into one); add a check by adding a function to the probe's tuple.
+
+The checks are cheap on purpose -- no ORM model, no table scan: probes run
+every few seconds on every instance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError, transaction
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.cache import never_cache
+
+from ..storage import substrate
+from ..storage.base import run
+from ..storage.connection import alias_for, django_connection
+from . import method_not_allowed
+
+SAFE_METHODS = ("GET", "HEAD")
+
+
+class Unavailable(Exception):  # noqa: N818 - a probe result, not an error of the caller
+    """A health check failed; the message is the probe's ``reason``."""
+
+
+HealthCheck = Callable[[str], None]
+
+
+def database_answers(alias: str) -> None:
+    """The database answers ``SELECT 1`` on Django's connection for ``alias``."""
+    connection = django_connection(alias)
+    connection.ensure_connection()
+    # is_usable() runs SELECT 1 on the open connection, outside Django's
+    # cursor wrapper (so no query is logged or counted).
+    if not connection.is_usable():
+        if not connection.in_atomic_block:
+            # Drop the dead connection so that the next probe reconnects.
+            connection.close()
+        raise Unavailable(f"database {alias!r} did not answer SELECT 1")
+
+
+def substrate_installed(alias: str) -> None:
+    """The awa substrate is installed, at least at the version this code needs.
+
+    A newer substrate is ready: during a rolling deploy the previous release
+    keeps running against the schema the new release migrated to.
+    """
+    version = run(substrate.installed_version(), alias)
+    needed = substrate.SCHEMA_VERSION
+    if version is None:
+        raise Unavailable(f"the awa substrate is not installed in database {alias!r}")
+    if version < needed:
+        raise Unavailable(
+            f"the awa substrate in database {alias!r} is version {version}; "
+            f"this code needs {needed} (run manage.py migrate awa_django)"
+        )
+
+
+LIVENESS_CHECKS: Sequence[HealthCheck] = (database_answers,)
+READINESS_CHECKS: Sequence[HealthCheck] = (database_answers, substrate_installed)
+
+
+def failed_check(checks: Sequence[HealthCheck], database: str | None = None) -> str | None:
+    """Run ``checks`` in order; the reason of the first that fails, or None."""
+    try:
+        alias = alias_for(database)
+        # Under ATOMIC_REQUESTS the probe runs in the request's transaction:
+        # each check gets a savepoint, so a failed statement cannot abort it.
+        in_transaction = django_connection(alias).in_atomic_block
+        for check in checks:
+            with transaction.atomic(using=alias) if in_transaction else nullcontext():
+                check(alias)
+    except Unavailable as exc:
+        return str(exc)
+    except (DatabaseError, ImproperlyConfigured) as exc:
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return f"{type(exc).__name__}: {first_line}"
+    return None
+
+
+def _probe(
+    request: HttpRequest, checks: Sequence[HealthCheck], database: str | None
+) -> HttpResponse:
+    if request.method not in SAFE_METHODS:
+        return method_not_allowed(request.method, SAFE_METHODS)
+    reason = failed_check(checks, database)
+    if reason is not None:
+        return JsonResponse({"status": "unavailable", "reason": reason}, status=503)
+    return JsonResponse({"status": "ok"})
+
+
+@never_cache
+def healthz(request: HttpRequest, database: str | None = None) -> HttpResponse:
+    """Liveness: 200 when the awa database answers, else 503 with the reason."""
+    return _probe(request, LIVENESS_CHECKS, database)
+
+
+@never_cache
+def readyz(request: HttpRequest, database: str | None = None) -> HttpResponse:
+    """Readiness: the liveness check, and the substrate is installed and current."""
+    return _probe(request, READINESS_CHECKS, database)
