@@ -2,28 +2,43 @@
 
 Every snippet the tutorial and how-to pages include lives in docs/examples/
 (pages pull it in with ``literalinclude``), so an example that stops working
-fails here. Jobs run through a real in-process worker (``run_burst``).
+fails here. Jobs run through a real in-process worker (``run_burst``; in a
+thread while a handler blocks until the test answers it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import socket
+import threading
+import uuid
+from collections.abc import Iterator
 
 import django
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.core import mail
 from django.db import connection, transaction
 from django.test import override_settings
 
-from awa_django import ops
+import awa_django
+from awa_django import CallbackNotFound, JobNotFound, Unique, UniqueConflict, ops
 from awa_django.conf import parse_settings
-from docs.examples import enqueue_patterns, outcomes, settings_snippet, signup
+from docs.examples import (
+    callbacks,
+    dead_letters,
+    enqueue_patterns,
+    outcomes,
+    settings_snippet,
+    signup,
+    unique,
+)
 
 # The tutorial's own test, collected here so it runs with the suite.
 from docs.examples.test_signup import test_sign_up_enqueues_the_welcome_email  # noqa: F401
-from tests.conftest import reset_queue_storage, run_burst
+from tests.conftest import reset_queue_storage, run_burst, wait_for
 
 
 def test_the_tutorial_settings_are_valid():
@@ -192,3 +207,247 @@ def test_enqueue_shards_spread_a_queue_and_ordering_keys_keep_one_lane(queue):
     for user_id in range(8):
         notify.using(queue=keyed, ordering_key="user:1").enqueue(user_id)
     assert _shards(keyed) == 1
+
+
+# --- callbacks (docs/howto/callbacks.md) -------------------------------------
+
+
+@pytest.fixture
+def outside_systems(monkeypatch):
+    """Fresh stand-ins for the payment provider and the cloud of the callbacks example."""
+    monkeypatch.setattr(callbacks, "payments", callbacks.PaymentProvider())
+    monkeypatch.setattr(callbacks, "cloud", callbacks.CloudProvider())
+    monkeypatch.setattr(callbacks, "configured", [])
+
+
+def parked(job_id: int) -> uuid.UUID:
+    """The callback id of a job that waits in ``waiting_external``."""
+    info = ops.get_job(job_id)
+    assert info is not None and info.state == "waiting_external", info
+    assert info.callback_id is not None
+    return info.callback_id
+
+
+def blocked(job_id: int) -> uuid.UUID:
+    """Wait until a running handler registered its callback; returns the id."""
+
+    def registered():
+        info = ops.get_job(job_id)
+        return info.callback_id if info and info.state == "running" else None
+
+    return wait_for(registered, timeout=30)
+
+
+@contextlib.contextmanager
+def burst_in_background(queue: str, job_ids: list[int]) -> Iterator[None]:
+    """``run_burst(queue)`` in a thread while the block answers its blocked handlers.
+
+    The worker stops once the queue is drained.  Should the block fail, its
+    jobs are cancelled so that their handlers stop waiting and the worker ends.
+    """
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            run_burst(queue)
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=work, name="awa-docs-burst", daemon=True)
+    thread.start()
+    try:
+        yield
+    except BaseException:
+        for job_id in job_ids:
+            with contextlib.suppress(Exception):
+                ops.cancel_job(job_id)
+        raise
+    finally:
+        thread.join(timeout=60)
+    assert not thread.is_alive(), "the worker did not drain the queue"
+    assert errors == []
+
+
+def test_charges_park_and_the_provider_resolves_them(committed, outside_systems):
+    paid, declined, again = (callbacks.charge.enqueue(order_id) for order_id in (1, 2, 3))
+    # One slot for three charges: each parks and frees it for the next one.
+    run_burst("default", max_workers=1)
+
+    callback_ids = {ref.id: parked(ref.id) for ref in (paid, declined, again)}
+    reply_to = {c["order_id"]: c["reply_to"] for c in callbacks.payments.charges}
+    assert reply_to == {
+        order_id: str(callback_ids[ref.id])
+        for order_id, ref in ((1, paid), (2, declined), (3, again))
+    }
+
+    # What the other system does with the reply_to it was given.
+    ops.complete_external(reply_to[1], {"status": "paid"})
+    ops.fail_external(reply_to[2], "card declined")
+    ops.retry_external(reply_to[3])
+
+    info = ops.get_job(paid.id)
+    assert (info.state, info.return_value) == ("completed", {"status": "paid"})
+    info = ops.get_job(declined.id)
+    assert info.state == "failed"  # no DLQ on this queue
+    assert info.errors[-1]["message"] == "card declined"
+    assert ops.get_job(again.id).state == "retryable"  # due now
+
+    # Retried: a new attempt, which parks again with a new callback.
+    run_burst("default")
+    assert ops.get_job(again.id).attempt == 2
+    renewed = parked(again.id)
+    assert renewed != callback_ids[again.id]
+    assert callbacks.payments.charges[-1] == {"order_id": 3, "reply_to": str(renewed)}
+    for stale in callback_ids.values():
+        with pytest.raises(CallbackNotFound):
+            ops.complete_external(stale, {"status": "paid"})
+    ops.complete_external(renewed, {"status": "paid"})
+    assert ops.get_job(again.id).state == "completed"
+
+
+def test_resume_completes_a_parked_charge(committed, outside_systems):
+    ref = callbacks.charge.enqueue(1)
+    run_burst("default")
+    ops.resume_external(parked(ref.id), {"status": "paid"})
+    info = ops.get_job(ref.id)
+    assert (info.state, info.return_value) == ("completed", {"status": "paid"})
+
+
+def test_provision_waits_in_its_handler_for_the_machine(committed, outside_systems):
+    ref = callbacks.provision.enqueue(7)
+    machine = {"id": "vm-7", "address": "10.0.0.7"}
+    with burst_in_background("default", [ref.id]):
+        callback_id = blocked(ref.id)
+        wait_for(lambda: callbacks.cloud.requests)
+        assert callbacks.cloud.requests == [{"account_id": 7, "reply_to": str(callback_id)}]
+        assert callbacks.configured == []
+        ops.resume_external(callback_id, machine)
+
+    info = ops.get_job(ref.id)
+    assert (info.state, info.attempt, info.return_value) == ("completed", 1, "vm-7")
+    assert callbacks.configured == [machine]
+    with pytest.raises(CallbackNotFound):
+        ops.resume_external(callback_id, machine)
+
+
+def test_cancelling_a_parked_or_waiting_job(committed, outside_systems):
+    charge = callbacks.charge.enqueue(1)
+    run_burst("default")
+    callback_id = parked(charge.id)
+    assert ops.cancel_job(charge.id) is True
+    assert ops.get_job(charge.id).state == "cancelled"
+    with pytest.raises(CallbackNotFound):  # the parked job's callback id is stale
+        ops.complete_external(callback_id, {"status": "paid"})
+    assert ops.cancel_job(charge.id) is False  # already finished: nothing changes
+
+    provision = callbacks.provision.enqueue(7)
+    with burst_in_background("default", [provision.id]):
+        callback_id = blocked(provision.id)
+        assert ops.cancel_job(provision.id) is True
+        # The handler's wait raises Cancel: it never configures a machine.
+    assert ops.get_job(provision.id).state == "cancelled"
+    assert callbacks.configured == []
+    with pytest.raises(CallbackNotFound):
+        ops.resume_external(callback_id, {"id": "vm-7"})
+
+    scheduled = callbacks.charge.using(run_in=dt.timedelta(hours=1)).enqueue(2)
+    assert ops.cancel_job(scheduled.id) is True
+    run_burst("default")
+    assert ops.get_job(scheduled.id).state == "cancelled"
+    assert [c["order_id"] for c in callbacks.payments.charges] == [1]  # it never ran
+    with pytest.raises(JobNotFound):
+        ops.cancel_job(10**15)
+
+
+# --- dead letters (docs/howto/dead-letters.md) ------------------------------
+
+
+def test_the_dead_letter_settings_are_valid():
+    parsed, problems = parse_settings(dead_letters.AWA)
+    assert problems == []
+    assert parsed.dlq_enabled("payments") and not parsed.dlq_enabled("default")
+
+
+def test_dead_letters_are_listed_retried_and_purged(committed, monkeypatch, capsys):
+    monkeypatch.setattr(dead_letters, "DECLINED_ORDERS", {1, 2, 3})
+    capture = dead_letters.capture_payment
+    fixed, dropped, unfixed = (capture.enqueue(order_id) for order_id in (1, 2, 3))
+    with override_settings(AWA={**settings.AWA, **dead_letters.AWA}):
+        run_burst("payments")
+
+    assert {ops.get_job(ref.id).state for ref in (fixed, dropped, unfixed)} == {"dlq"}
+    assert ops.queue_counts("payments")["dlq"] == 3
+    dead_letters.print_dead_letters()
+    printed = capsys.readouterr().out
+    for ref in (fixed, dropped, unfixed):
+        assert f"{ref.id} {capture.kind} terminal error " in printed
+    assert "TerminalError: order 1: card declined" in printed
+    (entry,) = [e for e in ops.dlq_list(queue="payments") if e.job_id == fixed.id]
+    assert (entry.args, entry.attempt) == ([1], 1)
+
+    # The cause is fixed for order 1: run it again, with its whole max_attempts.
+    dead_letters.DECLINED_ORDERS.discard(1)
+    ops.dlq_retry(fixed.id)
+    ops.dlq_purge(dropped.id)
+    assert ops.get_job(dropped.id) is None
+    with pytest.raises(JobNotFound):
+        ops.dlq_purge(dropped.id)
+    with override_settings(AWA={**settings.AWA, **dead_letters.AWA}):
+        run_burst("payments")
+    info = ops.get_job(fixed.id)
+    assert (info.state, info.attempt, info.return_value) == ("completed", 1, "order 1 captured")
+    assert len(info.errors) == 1  # the error history survives the round trip
+    with pytest.raises(JobNotFound):
+        ops.dlq_retry(fixed.id)
+    assert [e.job_id for e in ops.dlq_list(queue="payments")] == [unfixed.id]
+
+    # Without the DLQ the job ends failed; it can be moved there afterwards.
+    failed = capture.enqueue(4)
+    dead_letters.DECLINED_ORDERS.add(4)
+    run_burst("payments")
+    assert ops.get_job(failed.id).state == "failed"
+    assert ops.move_failed_to_dlq(failed.id) is True
+    assert ops.dlq_purge_all(queue="payments", kind=capture.kind) == 2
+    assert ops.queue_counts("payments")["dlq"] == 0
+
+
+# --- unique jobs (docs/howto/unique.md) -------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_duplicate_sync_is_refused_and_the_transaction_goes_on(capsys):
+    with transaction.atomic():
+        first = unique.request_sync(7)
+        assert first is not None
+        assert unique.request_sync(7) == first
+        assert capsys.readouterr().out == f"already queued as job {first}\n"
+        # Nothing was written and the transaction is still usable.
+        other = unique.request_sync(8)
+        user = User.objects.create_user("ada", "ada@example.com")
+    assert other not in (None, first) and user.pk
+    assert [job.id for job in ops.list_jobs(kind=unique.sync_account.kind)] == [first, other]
+
+
+def test_the_key_is_free_once_the_sync_ran(committed, capsys):
+    first = unique.request_sync(7)
+    run_burst("default")
+    assert ops.get_job(first).state == "completed"
+    second = unique.request_sync(7)
+    assert second not in (None, first)
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.django_db
+def test_a_batch_of_unique_syncs():
+    queued = unique.request_sync(2)
+    sync = unique.sync_account.using(unique=Unique())
+    with pytest.raises(UniqueConflict) as conflict:
+        awa_django.enqueue_many([sync.prepare(1), sync.prepare(2), sync.prepare(3)])
+    assert conflict.value.existing_id == queued
+    assert [job.id for job in ops.list_jobs(kind=unique.sync_account.kind)] == [queued]
+
+    ids = awa_django.enqueue_many(
+        [sync.prepare(1), sync.prepare(2), sync.prepare(3)], on_conflict="skip"
+    )
+    assert ids[1] is None and None not in (ids[0], ids[2])
+    assert [job.args for job in ops.list_jobs(kind=unique.sync_account.kind)] == [[2], [1], [3]]
