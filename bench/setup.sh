@@ -49,7 +49,9 @@ for system in "${SYSTEMS[@]}"; do
   if ! line="$(spec "$system")"; then echo "unknown system: $system" >&2; status=1; continue; fi
   python="${line%%|*}"; reqs="${line#*|}"
   venv="$VENVS/$system"; log="$LOGS/$system.log"; err="$LOGS/$system.err"
-  stamp="$venv/.bench-installed-$(echo "$python $reqs" | md5sum | cut -c1-8)"
+  # awa_django is installed from this checkout: its own dependencies count too.
+  deps=""; [ "$system" = awa ] && deps="$(cat "$REPO/pyproject.toml")"
+  stamp="$venv/.bench-installed-$(printf '%s\n%s' "$python $reqs" "$deps" | md5sum | cut -c1-8)"
   rm -f "$err"
   if [ -e "$stamp" ]; then echo "setup: $system up to date"; continue; fi
   echo "setup: $system ($python: $reqs)"
