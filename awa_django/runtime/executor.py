@@ -13,6 +13,7 @@ fail terminally.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import replace
 from typing import Any
@@ -71,8 +72,13 @@ class Executor:
             return None
         if closure.target != COMPLETED:
             closure = replace(closure, progress=ctx.progress_snapshot()[1])
-        if isinstance(lease, AttemptLease) and lease.leased:
-            closure = replace(closure, leased=True)
+        if isinstance(lease, AttemptLease):
+            # A registration an async handler started without awaiting it
+            # decides which path closes the attempt: wait for it.
+            with contextlib.suppress(Cancel):
+                await lease.settled()
+            if lease.leased:
+                closure = replace(closure, leased=True)
         return closure
 
     async def _execute(

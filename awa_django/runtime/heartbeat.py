@@ -67,8 +67,9 @@ class Heartbeat(PeriodicService[dict[str, int]]):
         orphaned receipts; returns how many of each."""
         running = {_key(job): (job, ctx) for job, ctx in self._inflight()}
         await self._run(runtimes.heartbeat(self.runtime_id))
-        if any(_leased(ctx) for _, ctx in running.values()):
-            await self._run(leases.heartbeat(self.runtime_id))
+        leased = [job for job, ctx in running.values() if _leased(ctx)]
+        if leased:
+            await self._run(leases.heartbeat(self.runtime_id, leased))
         closed = await self._run(closed_attempts([job for job, _ in running.values()]))
         # An attempt that finished normally since the snapshot above is closed
         # too, by its own completion: only those still running were closed

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..records import ClaimedJob
-from .base import Execute, Steps, operation, single
+from .base import Execute, Steps, int_array, operation, single
 
 #: What resolving a callback can do (the HTTP receiver's actions).
 CALLBACK_ACTIONS = ("complete", "fail", "retry", "resume")
@@ -53,9 +53,17 @@ def park(job: ClaimedJob, progress: str | None) -> Steps[bool]:
 
 
 @operation
-def heartbeat(runtime_id: uuid.UUID) -> Steps[int]:
-    """Refresh the running leases of a runtime; returns how many."""
-    return int(single((yield Execute.named("leases", "heartbeat_leases", [runtime_id]))))
+def heartbeat(runtime_id: uuid.UUID, attempts: Sequence[ClaimedJob]) -> Steps[int]:
+    """Refresh the leases of these running attempts of a runtime; returns how many.
+
+    Leases of the runtime that are not named go stale and are rescued.
+    """
+    params = [
+        runtime_id,
+        int_array([job.job_id for job in attempts]),
+        int_array([job.run_lease for job in attempts]),
+    ]
+    return int(single((yield Execute.named("leases", "heartbeat_leases", params))))
 
 
 @operation

@@ -13,7 +13,7 @@ SELECT job_id, run_lease
                         %s::text[])
 
 -- name: heartbeat_leases
-SELECT awa.heartbeat_leases(%s)
+SELECT awa.heartbeat_leases(%s, %s::bigint[], %s::bigint[])
 
 -- name: callback_result
 -- The payload a resume handed to this callback of a sequential wait.

@@ -524,12 +524,18 @@ BEGIN
 END
 $$;
 
--- Which attempts this runtime runs on leases: the heartbeat keeps them fresh.
-CREATE OR REPLACE FUNCTION awa.heartbeat_leases(p_runtime uuid) RETURNS integer
+-- The heartbeat of a runtime's leases.  Only the attempts it still runs
+-- (named by the caller) are refreshed: a lease the runtime lost track of (a
+-- materialisation whose reply never arrived) goes stale and is rescued.
+CREATE OR REPLACE FUNCTION awa.heartbeat_leases(
+    p_runtime uuid, p_job_ids bigint[], p_run_leases bigint[])
+RETURNS integer
 LANGUAGE sql AS $$
     WITH beat AS (
         UPDATE awa.leases l SET heartbeat_at = clock_timestamp()
-         WHERE l.runtime_id = p_runtime AND l.state = 'running'
+          FROM unnest(p_job_ids, p_run_leases) AS i(job_id, run_lease)
+         WHERE l.job_id = i.job_id AND l.run_lease = i.run_lease
+           AND l.runtime_id = p_runtime AND l.state = 'running'
         RETURNING 1
     )
     SELECT count(*)::integer FROM beat

@@ -5,7 +5,7 @@ SET LOCAL client_min_messages = warning;
 SELECT pg_advisory_xact_lock(hashtext('awa_django.substrate'));
 DROP FUNCTION IF EXISTS awa.retry_job(bigint, text);
 DROP FUNCTION IF EXISTS awa.rescue_v2(text, interval, boolean, text[], text[], integer);
-DROP FUNCTION IF EXISTS awa.heartbeat_leases(uuid);
+DROP FUNCTION IF EXISTS awa.heartbeat_leases(uuid, bigint[], bigint[]);
 DROP FUNCTION IF EXISTS awa.cancel_job(bigint, text);
 DROP FUNCTION IF EXISTS awa.resolve_callback(uuid, text, text, text, boolean, text[], text[]);
 DROP FUNCTION IF EXISTS awa.rescue_leases(text, interval, boolean, text[], text[], integer);
