@@ -3,8 +3,9 @@
 #   make test   - install and run the whole test suite
 # Both use $DATABASE_URL, or start an embedded PostgreSQL (pgserver) when unset.
 # make lint (ruff check + format check), make typecheck (mypy, configured in
-# pyproject.toml) and make docs (the Sphinx site in docs/, warnings are errors)
-# need no database; .ci/run runs all three before the tests.
+# pyproject.toml), make docs (the Sphinx site in docs/, warnings are errors)
+# and make package (build + twine check) need no database; .ci/run runs them
+# all before the tests.
 # CI picks the interpreter and Django line: make test PYTHON=python3.12 DJANGO='Django>=6.1,<6.2'
 
 PYTHON ?= python3
@@ -13,7 +14,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell echo '$(DJANGO)' | md5sum | cut -c1-8)
 
-.PHONY: demo test lint typecheck docs clean
+.PHONY: demo test lint typecheck docs package clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,5 +41,12 @@ docs: $(STAMP)
 	rm -rf docs/_build
 	$(VENV)/bin/sphinx-build -W --keep-going -b html docs docs/_build/html
 
+# Builds the sdist and the wheel into a scratch folder and checks their
+# metadata (README rendering, classifiers, URLs) the way PyPI would.
+package: $(STAMP)
+	rm -rf build/package && mkdir -p build/package/dist
+	$(PY) -m build --outdir build/package/dist . >build/package/build.log 2>&1 || { tail -30 build/package/build.log; exit 1; }
+	$(VENV)/bin/twine check --strict build/package/dist/*
+
 clean:
-	rm -rf .venv .venv-* .pgdata .pytest_cache .hypothesis .mypy_cache docs/_build
+	rm -rf build .venv .venv-* .pgdata .pytest_cache .hypothesis .mypy_cache docs/_build
