@@ -73,10 +73,11 @@ class Executor:
         if closure.target != COMPLETED:
             closure = replace(closure, progress=ctx.progress_snapshot()[1])
         if isinstance(lease, AttemptLease):
-            # A registration an async handler started without awaiting it
-            # decides which path closes the attempt: wait for it.
-            with contextlib.suppress(Cancel):
-                await lease.settled()
+            if lease.pending:
+                # A registration an async handler started without awaiting it
+                # decides which path closes the attempt: wait for it.
+                with contextlib.suppress(Cancel):
+                    await lease.settled()
             if lease.leased:
                 closure = replace(closure, leased=True)
         return closure

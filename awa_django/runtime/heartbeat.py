@@ -24,14 +24,13 @@ import socket
 import uuid
 from collections.abc import Sequence
 
-from ..context import JobContext
 from ..records import ClaimedJob, OpenReceipt
 from ..storage import AsyncRunner, leases, runtimes
 from ..storage.attempts import close_attempts, closed_attempts, orphaned_receipts
 from .closures import handed_back
 from .config import PeriodicConfig
 from .inflight import Inflight, nothing_inflight
-from .leases import AttemptLease
+from .leases import is_leased
 from .service import PeriodicService
 
 log = logging.getLogger("awa_django.worker")
@@ -67,7 +66,7 @@ class Heartbeat(PeriodicService[dict[str, int]]):
         orphaned receipts; returns how many of each."""
         running = {_key(job): (job, ctx) for job, ctx in self._inflight()}
         await self._run(runtimes.heartbeat(self.runtime_id))
-        leased = [job for job, ctx in running.values() if _leased(ctx)]
+        leased = [job for job, ctx in running.values() if is_leased(ctx)]
         if leased:
             await self._run(leases.heartbeat(self.runtime_id, leased))
         closed = await self._run(closed_attempts([job for job, _ in running.values()]))
@@ -97,8 +96,3 @@ class Heartbeat(PeriodicService[dict[str, int]]):
 def _key(attempt: ClaimedJob | OpenReceipt) -> tuple[int, int, int | None]:
     """Who an attempt is: its run_lease and the nonce of the claim that made it."""
     return (attempt.job_id, attempt.run_lease, attempt.claim_nonce)
-
-
-def _leased(ctx: JobContext) -> bool:
-    control = ctx._control
-    return isinstance(control, AttemptLease) and control.leased

@@ -133,6 +133,11 @@ class AttemptLease:
         if callback_id is not None:
             self.callback_id = callback_id
 
+    @property
+    def pending(self) -> bool:
+        """A registration started in the background has not been awaited yet."""
+        return self._background is not None
+
     async def settled(self) -> None:
         """Wait for a registration an async handler started without awaiting it."""
         task, self._background = self._background, None
@@ -217,3 +222,9 @@ class AttemptLease:
                 self.job.attempt,
             )
         return True
+
+
+def is_leased(ctx: JobContext) -> bool:
+    """Whether this context's attempt escalated to a lease (it closes through the lease path)."""
+    control = ctx._control
+    return isinstance(control, AttemptLease) and control.leased

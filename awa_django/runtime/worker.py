@@ -48,7 +48,7 @@ from .config import PeriodicConfig, WorkerConfig
 from .dispatcher import Dispatcher
 from .executor import Executor
 from .heartbeat import Heartbeat
-from .leases import CALLBACK_CHANNEL, CANCEL_CHANNEL, AttemptLease, LeaseHub
+from .leases import CALLBACK_CHANNEL, CANCEL_CHANNEL, LeaseHub, is_leased
 from .maintenance import Maintenance
 from .notifier import Notifier
 from .progress import ProgressFlusher
@@ -227,7 +227,7 @@ class Worker:
             replace(
                 handed_back(job),
                 progress=ctx.progress_snapshot()[1],
-                leased=isinstance(ctx._control, AttemptLease) and ctx._control.leased,
+                leased=is_leased(ctx),
             )
             for job, ctx, _ in leftovers
         ]
