@@ -11,6 +11,7 @@ from typing import Literal, overload
 
 from .context import JobContext
 from .cron import periodic
+from .descriptors import Descriptor
 from .exceptions import CallbackNotFound, InvalidJob, JobNotFound, UniqueConflict
 from .jobs import ContextJob, Job, job
 from .outcomes import Cancel, RetryAfter, Snooze, TerminalError, WaitForCallback
@@ -71,6 +72,7 @@ __all__ = [
     "CallbackNotFound",
     "Cancel",
     "ContextJob",
+    "Descriptor",
     "EnqueuedJob",
     "InvalidJob",
     "Job",

@@ -40,6 +40,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from .descriptors import DESCRIPTOR_KEYS, Descriptor
+from .exceptions import InvalidJob
+
 QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 
 DEFAULT_MAX_ATTEMPTS = 25
@@ -68,6 +71,8 @@ class QueueConfig:
     claim_batch_size: int = 512
     priority_aging_interval: float = 60.0
     long_running: bool = False
+    #: Operator labels (``"descriptor"``); never used for dispatch.
+    descriptor: Descriptor | None = None
 
 
 @dataclass(frozen=True)
@@ -217,6 +222,17 @@ def _rate_limit(value: Any) -> RateLimit:
     return RateLimit(float(value[0]), _int(value[1], low=1))
 
 
+def _descriptor(value: Any) -> Descriptor:
+    if isinstance(value, Descriptor):
+        return value
+    if not isinstance(value, Mapping):
+        raise _InvalidError(f"expected a dict of {', '.join(DESCRIPTOR_KEYS)}, got {value!r}")
+    try:
+        return Descriptor.from_dict(value)
+    except (InvalidJob, TypeError) as exc:
+        raise _InvalidError(str(exc)) from exc
+
+
 def _bounded(low: int, high: int | None = None) -> _Parser:
     accepts = f"integer >= {low}" if high is None else f"integer {low} to {high}"
     return _Parser(lambda value: _int(value, low, high), accepts)
@@ -239,6 +255,9 @@ _QUEUE_KEYS: dict[str, _Parser] = {
     "claim_batch_size": _bounded(1, 10_000),
     "priority_aging_interval": _SECONDS,
     "long_running": _BOOL,
+    "descriptor": _optional(
+        _Parser(_descriptor, "dict of " + ", ".join(DESCRIPTOR_KEYS) + " (operator labels)")
+    ),
 }
 
 _TOP_KEYS: dict[str, _Parser] = {
@@ -403,8 +422,6 @@ def _reload(*, setting: str, **kwargs: Any) -> None:
 NOT_IMPLEMENTED: Mapping[str, str] = {
     "GLOBAL_MAX_WORKERS": "workers only apply each queue's max_workers",
     "QUEUE_STRIPE_COUNT": "each queue is stored as a single stripe",
-    "ADMIN_READ_ONLY": "there is no admin console",
-    "DESCRIPTOR_RETENTION": "there is no descriptor catalog to prune",
     "TERMINAL_COUNT_ROLLUP_INTERVAL": "terminal counts are folded in when a slot is pruned",
     "BATCH_OP_RETENTION_DAYS": "there are no batch operations to prune",
 }
@@ -450,7 +467,9 @@ SETTING_DESCRIPTIONS: Mapping[str, str] = {
     "(state ``dlq``) instead of becoming ``failed``.",
     "GLOBAL_MAX_WORKERS": "Cap on the jobs one worker process runs at once, across its queues.",
     "CALLBACK_HMAC_SECRET": "Key that signs requests of the external-callback receiver.",
-    "ADMIN_READ_ONLY": "Make the admin pages read-only.",
+    "ADMIN_READ_ONLY": "Remove and refuse every mutating action of the admin console "
+    "(retry, cancel, purge, pause, resume, drain, trigger) and deny add/change/delete. "
+    "The console also turns read-only by itself when the database is a read-only replica.",
     "MAX_PAYLOAD_BYTES": "Largest JSON text of a job's args plus kwargs, in bytes; a bigger "
     "enqueue raises ``InvalidJob``.  Also the largest request body the callback receiver reads.",
     "HEARTBEAT_INTERVAL": "How often a worker process refreshes its heartbeat (one UPDATE "
@@ -477,7 +496,8 @@ SETTING_DESCRIPTIONS: Mapping[str, str] = {
     "FAILED_RETENTION": "How long failed jobs stay queryable: prune carries younger failed "
     "rows into the current slot.",
     "DLQ_RETENTION": "Age at which cleanup deletes dead-letter rows.",
-    "DESCRIPTOR_RETENTION": "How long entries of the job descriptor catalog are kept.",
+    "DESCRIPTOR_RETENTION": "Age since a worker last refreshed it at which cleanup deletes a "
+    "queue or job-kind descriptor.",
     "CLEANUP_INTERVAL": "How often the leader deletes stale runtime rows, expired dead-letter "
     "rows and old ring-ledger rows.",
     "CLEANUP_BATCH_SIZE": "Most runtime rows and dead-letter rows one cleanup run deletes.",
@@ -505,6 +525,9 @@ QUEUE_OPTION_DESCRIPTIONS: Mapping[str, str] = {
     "liveness are tracked per attempt (for jobs that run minutes or hours).",
     "priority_aging_interval": "A lane whose oldest job has waited this long is claimed one "
     "priority level more urgent per interval waited (never above 1). ``0``: no aging.",
+    "descriptor": "Operator labels for the queue: ``display_name``, ``description``, "
+    "``owner``, ``docs_url``, ``tags``, ``extra`` (JSON). Shown by the console and "
+    "``awa_descriptors``; never used for dispatch.",
 }
 
 

@@ -17,6 +17,7 @@ type ``R``, so ``send_email.enqueue(...)`` is checked like a call of
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import inspect
@@ -35,6 +36,7 @@ from typing import (
 
 from .conf import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, awa_settings
 from .context import JobContext
+from .descriptors import Descriptor, first_line
 from .exceptions import InvalidJob
 from .payload import (
     check_kind,
@@ -244,9 +246,12 @@ class Job(Generic[P, R]):
         priority: int,
         max_attempts: int,
         takes_context: bool,
+        descriptor: Descriptor | None = None,
     ) -> None:
         if not callable(func):
             raise InvalidJob(f"@job needs a function, got {func!r}")
+        if descriptor is not None and not isinstance(descriptor, Descriptor):
+            raise InvalidJob(f"descriptor must be an awa_django.Descriptor, got {descriptor!r}")
         self.func = func
         self.qualname = f"{func.__module__}.{func.__qualname__}"
         self.kind = check_kind(kind if kind is not None else f"{func.__module__}.{func.__name__}")
@@ -254,6 +259,11 @@ class Job(Generic[P, R]):
         self.priority = check_priority(priority)
         self.max_attempts = check_max_attempts(max_attempts)
         self.takes_context = bool(takes_context)
+        if descriptor is None:
+            descriptor = Descriptor(description=first_line(func.__doc__))
+        elif descriptor.description is None and func.__doc__:
+            descriptor = dataclasses.replace(descriptor, description=first_line(func.__doc__))
+        self.descriptor = descriptor
         self.is_async = inspect.iscoroutinefunction(func)
         self.signature = inspect.signature(func)
         self._fitting_shapes: set[tuple[int, frozenset[str]]] = set()
@@ -339,6 +349,7 @@ def job(
     priority: int = DEFAULT_PRIORITY,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     takes_context: Literal[False] = False,
+    descriptor: Descriptor | None = None,
 ) -> Callable[[Callable[P, R]], Job[P, R]]: ...
 
 
@@ -352,6 +363,7 @@ def job(
     priority: int = DEFAULT_PRIORITY,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     takes_context: Literal[True],
+    descriptor: Descriptor | None = None,
 ) -> Callable[[Callable[Concatenate[JobContext, P], R]], ContextJob[P, R]]: ...
 
 
@@ -365,6 +377,7 @@ def job(
     priority: int = DEFAULT_PRIORITY,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     takes_context: bool,
+    descriptor: Descriptor | None = None,
 ) -> Callable[[Callable[..., R]], Job[..., R]]: ...
 
 
@@ -376,8 +389,14 @@ def job(
     priority: int = DEFAULT_PRIORITY,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     takes_context: bool = False,
+    descriptor: Descriptor | None = None,
 ) -> Any:
-    """Declare a job kind.  Usable as ``@job`` or ``@job(queue=..., ...)``."""
+    """Declare a job kind.  Usable as ``@job`` or ``@job(queue=..., ...)``.
+
+    ``descriptor`` labels the kind for operators (the console and
+    ``awa_descriptors``); without one, the first line of the handler's
+    docstring is its description.
+    """
 
     def register(target: Callable[..., Any]) -> Job[..., Any]:
         wrapped: Job[..., Any] = (ContextJob if takes_context else Job)(
@@ -387,6 +406,7 @@ def job(
             priority=priority,
             max_attempts=max_attempts,
             takes_context=takes_context,
+            descriptor=descriptor,
         )
         registry.add(wrapped)
         return wrapped

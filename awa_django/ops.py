@@ -17,11 +17,23 @@ from .conf import awa_settings
 from .cron import PeriodicInfo, fire_metadata, next_occurrence
 from .exceptions import CallbackNotFound, InvalidJob, JobNotFound
 from .payload import check_priority, check_queue, to_json
-from .records import JOB_STATES, DlqEntry, EnqueuedJob, JobInfo
+from .records import (
+    JOB_STATES,
+    DescriptorInfo,
+    DlqEntry,
+    EnqueuedJob,
+    JobInfo,
+    JobPage,
+    QueueInfo,
+    RuntimeInfo,
+)
+from .storage import descriptors as descriptor_store
 from .storage import dlq as dlq_store
 from .storage import jobs as job_store
 from .storage import leases
 from .storage import periodic as periodic_store
+from .storage import queues as queue_store
+from .storage import runtimes as runtime_store
 from .storage.base import run
 
 
@@ -53,6 +65,63 @@ def list_jobs(
         job_store.list_jobs(queue=queue, state=state, kind=kind, limit=_check_limit(limit)),
         database,
     )
+
+
+#: Ids one :func:`browse_jobs` call searches at most (about 100 ms of work on
+#: a large history); a filter matching few jobs continues on the next page.
+BROWSE_SCAN = 65_536
+
+
+def browse_jobs(
+    *,
+    state: str | None = None,
+    queue: str | None = None,
+    kind: str | None = None,
+    priority: int | None = None,
+    tag: str | None = None,
+    before: int | None = None,
+    limit: int = 50,
+    scan: int = BROWSE_SCAN,
+    database: str | None = None,
+) -> JobPage:
+    """A page of jobs matching every given filter, newest id first, with ids
+    below ``before`` (None: from the newest).  Bounded work however large
+    the history: at most ``scan`` ids are searched (see :class:`~awa_django.records.JobPage`)."""
+    if queue is not None:
+        check_queue(queue)
+    if state is not None and state not in JOB_STATES:
+        raise InvalidJob(f"unknown state {state!r}; states: {', '.join(JOB_STATES)}")
+    if priority is not None:
+        check_priority(priority)
+    if before is not None:
+        _check_id(before)
+    return run(
+        job_store.browse(
+            before=before,
+            scan=_check_limit(scan),
+            limit=_check_limit(limit),
+            state=state,
+            queue=queue,
+            kind=kind,
+            priority=priority,
+            tag=tag,
+        ),
+        database,
+    )
+
+
+def state_counts(*, database: str | None = None) -> dict[str, dict[str, int]]:
+    """``queue -> state -> count`` for every queue with jobs (states with none left out)."""
+    return run(queue_store.state_counts(), database)
+
+
+def queue_samples(
+    *, since: dt.datetime, queue: str | None = None, database: str | None = None
+) -> list[tuple[dt.datetime, str, dict[str, int]]]:
+    """The counters the leader sampled (once a minute) since ``since``, oldest first."""
+    if queue is not None:
+        check_queue(queue)
+    return run(queue_store.samples(since, queue), database)
 
 
 def queue_counts(queue: str, *, database: str | None = None) -> dict[str, int]:
@@ -174,6 +243,15 @@ def dlq_list(
     return run(dlq_store.dlq_list(queue=queue, kind=kind, limit=_check_limit(limit)), database)
 
 
+def dlq_count(
+    *, queue: str | None = None, kind: str | None = None, database: str | None = None
+) -> int:
+    """How many dead-lettered jobs match every given filter."""
+    if queue is not None:
+        check_queue(queue)
+    return run(dlq_store.count(queue=queue, kind=kind), database)
+
+
 def dlq_retry(
     job_id: int,
     *,
@@ -281,6 +359,7 @@ afail_external = sync_to_async(fail_external)
 aretry_external = sync_to_async(retry_external)
 aresume_external = sync_to_async(resume_external)
 adlq_list = sync_to_async(dlq_list)
+adlq_count = sync_to_async(dlq_count)
 adlq_retry = sync_to_async(dlq_retry)
 adlq_purge = sync_to_async(dlq_purge)
 adlq_retry_all = sync_to_async(dlq_retry_all)
@@ -367,3 +446,103 @@ aget_periodic = sync_to_async(get_periodic)
 apause_periodic = sync_to_async(pause_periodic)
 aresume_periodic = sync_to_async(resume_periodic)
 atrigger_periodic = sync_to_async(trigger_periodic)
+
+
+# --- queues -------------------------------------------------------------------
+
+
+def pause_queue(queue: str, *, database: str | None = None) -> bool:
+    """Stop every worker claiming ``queue``; True when this call paused it.
+
+    Workers notice within one poll interval; attempts already running
+    finish.  Jobs can still be enqueued.  The pause is stored in the
+    database, so it holds for every process and across restarts.
+    """
+    return run(queue_store.pause(check_queue(queue)), database)
+
+
+def resume_queue(queue: str, *, database: str | None = None) -> bool:
+    """Let workers claim ``queue`` again; True when it was paused."""
+    return run(queue_store.resume(check_queue(queue)), database)
+
+
+def drain_queue(
+    queue: str, *, reason: str = "drained by an operator", database: str | None = None
+) -> int:
+    """Cancel every available, scheduled and retry-waiting job of ``queue``.
+
+    Running and waiting attempts finish as they would.  Returns how many
+    jobs were cancelled; each keeps ``reason`` in its error history.
+    """
+    return run(queue_store.drain(check_queue(queue), reason), database)
+
+
+def list_queues(*, database: str | None = None) -> list[QueueInfo]:
+    """Every queue the settings declare or the database knows of, by name,
+    with its counts per state, pause flag and descriptor labels."""
+    settings = awa_settings()
+    counts, paused, known, labels = run(
+        queue_store.overview(settings.heartbeat_staleness), database
+    )
+    names = sorted(set(settings.queues) | set(counts) | set(known))
+    queues = []
+    for name in names:
+        label = labels.get(name)
+        queues.append(
+            QueueInfo(
+                name=name,
+                counts={**dict.fromkeys(JOB_STATES, 0), **counts.get(name, {})},
+                paused=paused.get(name) is not None,
+                paused_at=paused.get(name),
+                configured=name in settings.queues,
+                display_name=label.display_name if label else None,
+                description=label.description if label else None,
+            )
+        )
+    return queues
+
+
+def get_queue(queue: str, *, database: str | None = None) -> QueueInfo:
+    """One queue of :func:`list_queues` (a queue nothing knows of has zero counts)."""
+    name = check_queue(queue)
+    for info in list_queues(database=database):
+        if info.name == name:
+            return info
+    return QueueInfo(
+        name=name,
+        counts=dict.fromkeys(JOB_STATES, 0),
+        paused=False,
+        paused_at=None,
+        configured=False,
+    )
+
+
+# --- descriptors and runtimes -----------------------------------------------------
+
+
+def list_queue_descriptors(*, database: str | None = None) -> list[DescriptorInfo]:
+    """Queue descriptors by name, with ``stale`` and ``drift``
+    (see :class:`~awa_django.records.DescriptorInfo`)."""
+    return run(descriptor_store.status("queue", awa_settings().heartbeat_staleness), database)
+
+
+def list_job_kind_descriptors(*, database: str | None = None) -> list[DescriptorInfo]:
+    """Job-kind descriptors by name, with ``stale`` and ``drift``."""
+    return run(descriptor_store.status("kind", awa_settings().heartbeat_staleness), database)
+
+
+def list_runtimes(*, database: str | None = None) -> list[RuntimeInfo]:
+    """Registered worker and maintenance processes, newest first; ``alive``
+    when the heartbeat is younger than ``HEARTBEAT_STALENESS``, and which one
+    holds the maintenance leader's lock."""
+    return run(runtime_store.list_runtimes(awa_settings().heartbeat_staleness), database)
+
+
+apause_queue = sync_to_async(pause_queue)
+aresume_queue = sync_to_async(resume_queue)
+adrain_queue = sync_to_async(drain_queue)
+alist_queues = sync_to_async(list_queues)
+aget_queue = sync_to_async(get_queue)
+alist_queue_descriptors = sync_to_async(list_queue_descriptors)
+alist_job_kind_descriptors = sync_to_async(list_job_kind_descriptors)
+alist_runtimes = sync_to_async(list_runtimes)

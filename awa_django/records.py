@@ -90,6 +90,81 @@ class DlqEntry:
     moved_at: dt.datetime
 
 
+@dataclass(frozen=True)
+class JobPage:
+    """One page of the job browser, newest id first.
+
+    ``older`` is the ``before`` of the next page: the last id shown when the
+    page is full, else the lowest id searched (a filter matching few jobs
+    stops after a bounded number of ids; the next page searches on from
+    there), or None once ids down to 1 were searched.
+    """
+
+    jobs: list[JobInfo]
+    older: int | None
+    #: The search covered ids in [searched_to, searched_from).
+    searched_from: int
+    searched_to: int
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    """One queue as operators see it: counts per state, pause flag, labels."""
+
+    name: str
+    #: Every job state, from the counters the storage keeps.
+    counts: dict[str, int]
+    paused: bool
+    paused_at: dt.datetime | None
+    #: Whether ``AWA["QUEUES"]`` of this process declares the queue.
+    configured: bool
+    display_name: str | None = None
+    description: str | None = None
+
+
+@dataclass(frozen=True)
+class DescriptorInfo:
+    """A queue or job-kind descriptor with its liveness.
+
+    ``stale``: no live runtime refreshed it within ``HEARTBEAT_STALENESS``.
+    ``drift``: live runtimes report different hashes for it.
+    """
+
+    name: str
+    display_name: str | None
+    description: str | None
+    owner: str | None
+    docs_url: str | None
+    tags: list[str]
+    extra: dict[str, Any]
+    hash: str
+    #: The queue a job kind runs on (None for queue descriptors).
+    queue: str | None
+    first_seen_at: dt.datetime
+    last_seen_at: dt.datetime
+    stale: bool
+    drift: bool
+    #: The distinct hashes live runtimes report (more than one = drift).
+    live_hashes: list[str]
+
+
+@dataclass(frozen=True)
+class RuntimeInfo:
+    """One worker (or maintenance) process that registered with the database."""
+
+    id: uuid.UUID
+    hostname: str
+    pid: int
+    queues: list[str]
+    role: str
+    started_at: dt.datetime
+    last_seen_at: dt.datetime
+    #: Its heartbeat is younger than ``HEARTBEAT_STALENESS``.
+    alive: bool
+    #: It holds the maintenance leader's lock right now.
+    is_leader: bool
+
+
 @dataclass(slots=True)
 class PreparedJob:
     """A validated, serialised job ready to be written (see ``enqueue_many``)."""

@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..conf import AwaSettings, QueueConfig, RateLimit
+from ..descriptors import Declared, declared_for
 from ..exceptions import InvalidJob
+from ..jobs import registry
 from ..payload import check_queue
 
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0
@@ -161,6 +163,20 @@ class WorkerConfig:
     @property
     def queue_names(self) -> list[str]:
         return [policy.name for policy in self.queues]
+
+    @property
+    def declared(self) -> Declared:
+        """The queue and job-kind descriptors this worker publishes."""
+        names = self.queue_names
+        return declared_for(
+            names,
+            {
+                name: descriptor
+                for name in names
+                if (descriptor := self.settings.queue(name).descriptor) is not None
+            },
+            [(job.kind, job.queue, job.descriptor) for job in registry],
+        )
 
     @property
     def total_permits(self) -> int:

@@ -8,6 +8,10 @@ nonce matches no surviving batch) and sets their contexts' cancellation
 flag, so a handler that polls ``ctx.is_cancelled()`` stops work nobody will
 accept any more.
 
+Each tick also refreshes the descriptors this worker declares (their
+``last_seen_at`` and the hashes on its runtime row), which is what the
+console's stale and drift flags read.
+
 It also hands back orphaned receipts: open receipts of this runtime that
 it does not run.  A claim can commit while its response is lost (the
 connection dropped on the way back), and nothing would ever close those
@@ -24,8 +28,9 @@ import socket
 import uuid
 from collections.abc import Sequence
 
+from ..descriptors import Declared
 from ..records import ClaimedJob, OpenReceipt
-from ..storage import AsyncRunner, leases, runtimes
+from ..storage import AsyncRunner, descriptors, leases, runtimes
 from ..storage.attempts import close_attempts, closed_attempts, orphaned_receipts
 from .closures import handed_back
 from .config import PeriodicConfig
@@ -49,14 +54,22 @@ class Heartbeat(PeriodicService[dict[str, int]]):
         runner: AsyncRunner,
         runtime_id: uuid.UUID,
         inflight: Inflight = nothing_inflight,
+        declared: Declared | None = None,
     ) -> None:
         super().__init__(config)
         self._run = runner
         self.runtime_id = runtime_id
         self._inflight = inflight
+        self._declared = declared
 
     async def register(self, queues: Sequence[str], pid: int) -> None:
-        await self._run(runtimes.register(self.runtime_id, socket.gethostname(), pid, queues))
+        role = "worker" if queues else "maintenance"
+        await self._run(runtimes.register(self.runtime_id, socket.gethostname(), pid, queues, role))
+        await self._publish()
+
+    async def _publish(self) -> None:
+        if self._declared is not None:
+            await self._run(descriptors.sync(self.runtime_id, self._declared))
 
     async def unregister(self) -> None:
         await self._run(runtimes.unregister(self.runtime_id))
@@ -66,6 +79,7 @@ class Heartbeat(PeriodicService[dict[str, int]]):
         orphaned receipts; returns how many of each."""
         running = {_key(job): (job, ctx) for job, ctx in self._inflight()}
         await self._run(runtimes.heartbeat(self.runtime_id))
+        await self._publish()
         leased = [job for job, ctx in running.values() if is_leased(ctx)]
         if leased:
             await self._run(leases.heartbeat(self.runtime_id, leased))

@@ -12,8 +12,11 @@ rescue, a prune, a cleanup batch -- never delays the others):
   attempts (receipts and leases) whose runtime's heartbeat went stale, that
   ran past their deadline, or whose parked callback timed out
   (:class:`Rescuer`);
-* ``cleanup``: stale runtime rows, expired DLQ rows, old ledger rows;
-* ``cron``: fire due periodic schedules (:class:`CronTask`).
+* ``cleanup``: stale runtime rows, expired DLQ rows, old ledger rows,
+  descriptors older than ``DESCRIPTOR_RETENTION``;
+* ``cron``: fire due periodic schedules (:class:`CronTask`);
+* ``queue_samples``: record every queue's counters once a minute for the
+  console's charts (:class:`QueueSampler`).
 
 :class:`Maintenance` competes for leadership through a
 :class:`~.leader.Leader` and starts the tasks when a term begins, stops them
@@ -30,8 +33,9 @@ from typing import Any
 from psycopg_pool import AsyncConnectionPool
 
 from .. import cron
-from ..storage import AsyncRunner
+from ..storage import AsyncRunner, descriptors
 from ..storage import maintenance as store
+from ..storage import queues as queue_store
 from .config import RESCUE_BATCH, RESCUE_PAUSE, MaintenanceConfig, PeriodicConfig
 from .leader import KEEPALIVES, Leader, with_server_keepalives
 from .promoter import Promoter
@@ -125,11 +129,12 @@ class Cleaner(PeriodicService[int]):
     async def run_once(self) -> int:
         """Delete one batch of expired rows per kind; returns how many went."""
         m = self._maintenance
-        return await self._run(
+        removed = await self._run(
             store.cleanup(
                 m.runtime_retention, m.settings.dlq_retention, m.settings.cleanup_batch_size
             )
         )
+        return removed + await self._run(descriptors.cleanup(m.settings.descriptor_retention))
 
 
 class CronTask(PeriodicService[int]):
@@ -149,6 +154,28 @@ class CronTask(PeriodicService[int]):
     async def run_once(self) -> int:
         """Fire what is due now; returns how many schedules fired."""
         return len(await cron.evaluate(self._run))
+
+
+class QueueSampler(PeriodicService[int]):
+    """Records every queue's counters once per :data:`SAMPLE_INTERVAL` for the
+    console's charts, keeping :data:`SAMPLE_HORIZON` of them."""
+
+    name = "queue_samples"
+    run_at_start = True
+
+    def __init__(self, config: PeriodicConfig, runner: AsyncRunner) -> None:
+        super().__init__(config)
+        self._run = runner
+
+    async def run_once(self) -> int:
+        """Take one sample; returns how many queues it covered."""
+        return await self._run(queue_store.sample(SAMPLE_HORIZON))
+
+
+#: Seconds between queue samples, and how long samples are kept (the
+#: dashboard shows the last hour).
+SAMPLE_INTERVAL = 60.0
+SAMPLE_HORIZON = 2 * 3600.0
 
 
 class Maintenance:
@@ -197,6 +224,7 @@ class Maintenance:
             ),
             "cleanup": Cleaner(PeriodicConfig(s.cleanup_interval), run, config),
             "cron": CronTask(PeriodicConfig(cron.EVALUATE_INTERVAL), run),
+            "queue_samples": QueueSampler(PeriodicConfig(SAMPLE_INTERVAL), run),
         }
 
     @property

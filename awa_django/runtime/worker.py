@@ -77,7 +77,7 @@ class Worker:
         self.completer = BatchCompleter(config.completer, run)
         self.leases = LeaseHub(run, config.runtime_id, self._inflight_contexts)
         self.heartbeat = Heartbeat(
-            config.heartbeat, run, config.runtime_id, self._inflight_contexts
+            config.heartbeat, run, config.runtime_id, self._inflight_contexts, config.declared
         )
         maintenance = config.maintenance_config
         self.maintenance = Maintenance(maintenance) if maintenance is not None else None

@@ -6,7 +6,7 @@ import dataclasses
 import json
 from typing import Any
 
-from ..records import JOB_STATES, JobInfo
+from ..records import JOB_STATES, JobInfo, JobPage
 from .base import Execute, Row, Steps, operation
 
 
@@ -62,7 +62,7 @@ def job_info(row: Row) -> JobInfo:
 
 @operation
 def get_job(job_id: int) -> Steps[JobInfo | None]:
-    rows = yield Execute.named("jobs", "get_job", [job_id])
+    rows = yield Execute.named("jobs", "get_job", {"id": job_id})
     if not rows:
         return None
     info = job_info(rows[0])
@@ -86,6 +86,73 @@ def list_jobs(
         "jobs", "list_jobs", {"queue": queue, "state": state, "kind": kind, "limit": limit}
     )
     return [job_info(row) for row in rows]
+
+
+@operation
+def job_page(
+    *,
+    before: int | None = None,
+    floor: int | None = None,
+    limit: int = 100,
+    state: str | None = None,
+    queue: str | None = None,
+    kind: str | None = None,
+    priority: int | None = None,
+    tag: str | None = None,
+) -> Steps[list[JobInfo]]:
+    """Up to ``limit`` jobs matching every given filter, newest id first, with
+    ids below ``before`` and not below ``floor`` (the search bound: a filter
+    that matches few jobs reads the id range down to it, no further)."""
+    rows = yield Execute.named(
+        "jobs",
+        "job_page",
+        {
+            "before": before,
+            "floor": floor,
+            "limit": limit,
+            "state": state,
+            "queue": queue,
+            "kind": kind,
+            "priority": priority,
+            "tag": tag,
+        },
+    )
+    return [job_info(row) for row in rows]
+
+
+@operation
+def browse(
+    *,
+    before: int | None,
+    scan: int,
+    limit: int,
+    state: str | None = None,
+    queue: str | None = None,
+    kind: str | None = None,
+    priority: int | None = None,
+    tag: str | None = None,
+) -> Steps[JobPage]:
+    """A page of :func:`job_page` that searches at most ``scan`` ids below
+    ``before`` (None: from the newest job)."""
+    if before is None:
+        rows = yield Execute.named("jobs", "newest_job_id")
+        before = int(rows[0][0]) + 1
+    floor = max(before - scan, 1)
+    jobs = yield from job_page(
+        before=before,
+        floor=floor,
+        limit=limit,
+        state=state,
+        queue=queue,
+        kind=kind,
+        priority=priority,
+        tag=tag,
+    ).steps
+    if len(jobs) == limit:
+        older: int | None = jobs[-1].id
+    else:
+        older = floor if floor > 1 else None
+    return JobPage(jobs=jobs, older=older, searched_from=before, searched_to=floor)
 
 
 @operation

@@ -5,12 +5,18 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
+from ..records import RuntimeInfo
 from .base import Execute, Steps, operation
+from .maintenance import LEADER_LOCK_KEY
 
 
 @operation
-def register(runtime_id: uuid.UUID, hostname: str, pid: int, queues: Sequence[str]) -> Steps[None]:
-    yield Execute.named("runtime", "register_runtime", [runtime_id, hostname, pid, list(queues)])
+def register(
+    runtime_id: uuid.UUID, hostname: str, pid: int, queues: Sequence[str], role: str = "worker"
+) -> Steps[None]:
+    yield Execute.named(
+        "runtime", "register_runtime", [runtime_id, hostname, pid, list(queues), role]
+    )
 
 
 @operation
@@ -22,3 +28,26 @@ def heartbeat(runtime_id: uuid.UUID) -> Steps[None]:
 @operation
 def unregister(runtime_id: uuid.UUID) -> Steps[None]:
     yield Execute.named("runtime", "unregister_runtime", [runtime_id])
+
+
+@operation
+def list_runtimes(staleness: float) -> Steps[list[RuntimeInfo]]:
+    """Every registered runtime, newest first; ``alive`` when its heartbeat is
+    younger than ``staleness`` seconds, ``is_leader`` when it holds the lock."""
+    rows = yield Execute.named(
+        "runtime", "list_runtimes", {"staleness": staleness, "lock": LEADER_LOCK_KEY}
+    )
+    return [
+        RuntimeInfo(
+            id=row[0],
+            hostname=row[1],
+            pid=row[2],
+            queues=list(row[3]),
+            role=row[4],
+            started_at=row[5],
+            last_seen_at=row[6],
+            alive=row[7],
+            is_leader=row[8],
+        )
+        for row in rows
+    ]

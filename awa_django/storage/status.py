@@ -148,3 +148,10 @@ def pg_counters() -> Steps[tuple[str, int]]:
 @operation
 def wal_bytes_between(start: str, end: str) -> Steps[int]:
     return int(single((yield _named("wal_bytes_between", [end, start]))))
+
+
+@operation
+def read_only() -> Steps[bool]:
+    """Whether this connection's transactions are read-only (a replica)."""
+    rows = yield _named("transaction_read_only")
+    return bool(rows[0][0])

@@ -28,6 +28,7 @@ from awa_django import CallbackNotFound, JobNotFound, Unique, UniqueConflict, op
 from awa_django.conf import parse_settings
 from docs.examples import (
     callbacks,
+    console,
     dead_letters,
     enqueue_patterns,
     outcomes,
@@ -451,3 +452,16 @@ def test_a_batch_of_unique_syncs():
     )
     assert ids[1] is None and None not in (ids[0], ids[2])
     assert [job.args for job in ops.list_jobs(kind=unique.sync_account.kind)] == [[2], [1], [3]]
+
+
+def test_the_console_descriptors_are_valid():
+    parsed, problems = parse_settings(console.AWA)
+    assert problems == []
+    labels = parsed.queues["email"].descriptor
+    assert labels is not None and labels.owner == "messaging"
+    assert labels.tags == ("customer-facing",)
+    described = console.send_email.descriptor
+    assert (described.display_name, described.description) == (
+        "Send email",
+        "Deliver one transactional email.",
+    )

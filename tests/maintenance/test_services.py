@@ -153,6 +153,7 @@ def test_run_once_needs_and_uses_the_leadership(reset_awa, queue):
         "callback_rescue",
         "cleanup",
         "cron",
+        "queue_samples",
     }
     assert results["queue_ring"] == {"rotate": "skipped_idle", "prune": "already_pruned"}
 

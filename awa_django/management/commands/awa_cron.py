@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
-import dataclasses
-import json
-from typing import IO, Any, cast
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
-from rich.console import Console
-from rich.table import Table
+from django.core.management.base import BaseCommand, CommandParser
 
 from awa_django import ops
 from awa_django.cron import PeriodicInfo
-from awa_django.exceptions import JobNotFound
-from awa_django.management.options import add_database_argument
+from awa_django.management.options import (
+    add_database_argument,
+    add_json_argument,
+    add_yes_argument,
+)
+from awa_django.management.output import (
+    Output,
+    confirm_change,
+    not_found,
+    operator_errors,
+)
 
 
 def _state(info: PeriodicInfo) -> str:
@@ -35,11 +40,7 @@ class Command(BaseCommand):
             "next and last run."
         )
         lister = sub.add_parser("list", help=listing, description=listing)
-        lister.add_argument(
-            "--json",
-            action="store_true",
-            help="Print the schedules as one JSON document instead of a table.",
-        )
+        add_json_argument(lister, "the schedules")
         add_database_argument(lister)
         actions = {
             "pause": "Stop the schedule firing until it is resumed (takes effect at once, "
@@ -52,65 +53,61 @@ class Command(BaseCommand):
         for name, about in actions.items():
             action = sub.add_parser(name, help=about, description=about)
             action.add_argument("name", metavar="NAME", help="The schedule's name.")
+            add_yes_argument(action)
             add_database_argument(action)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        action, database = options["action"], options["database"]
-        if action == "list":
-            self._list(ops.list_periodic(database=database), as_json=options["json"])
+        out = Output.of(self.stdout, options)
+        with operator_errors():
+            if options["action"] == "list":
+                self._list(out, ops.list_periodic(database=options["database"]), options)
+            else:
+                self._change(out, options)
+
+    @staticmethod
+    def _change(out: Output, options: dict[str, Any]) -> None:
+        action, name, database = options["action"], options["name"], options["database"]
+        info = ops.get_periodic(name, database=database)
+        if info is None:
+            raise not_found(f"no periodic schedule named {name!r}")
+        summary = (
+            f"enqueue one {info.kind} job of schedule {name} now"
+            if action == "run"
+            else f"{action} schedule {name} (now {_state(info)})"
+        )
+        confirm_change(out, database, summary, assume_yes=options["yes"])
+        if action == "run":
+            job = ops.trigger_periodic(name, database=database)
+            out.line(f"schedule {name}: enqueued job {job.id} ({job.state})")
             return
-        name = options["name"]
-        try:
-            if action == "run":
-                job = ops.trigger_periodic(name, database=database)
-                self.stdout.write(f"schedule {name}: enqueued job {job.id} ({job.state})")
-                return
-            change = ops.pause_periodic if action == "pause" else ops.resume_periodic
-            changed = change(name, database=database)
-        except JobNotFound as exc:
-            raise CommandError(str(exc)) from None
-        if changed:
-            self.stdout.write(f"schedule {name} {action}d")
+        change = ops.pause_periodic if action == "pause" else ops.resume_periodic
+        if change(name, database=database):
+            out.line(f"schedule {name} {action}d")
         elif action == "pause":
-            self.stdout.write(f"schedule {name} is already paused: nothing to pause")
+            out.line(f"schedule {name} is already paused: nothing to pause")
         else:
-            self.stdout.write(f"schedule {name} is not paused: nothing to resume")
+            out.line(f"schedule {name} is not paused: nothing to resume")
 
-    def _list(self, schedules: list[PeriodicInfo], *, as_json: bool) -> None:
-        if as_json:
-            data = [dataclasses.asdict(info) for info in schedules]
-            self.stdout.write(json.dumps(data, indent=2, default=_iso), ending="\n")
+    @staticmethod
+    def _list(out: Output, schedules: list[PeriodicInfo], options: dict[str, Any]) -> None:
+        if options["json"]:
+            out.json(schedules)
             return
-        # OutputWrapper is a text stream; its stubs do not say IO[str].
-        console = Console(file=cast(IO[str], self.stdout), width=140)
-        if not schedules:
-            console.print("no periodic schedules", highlight=False)
-            return
-        table = Table(title="periodic schedules")
-        for column in (
-            "name",
-            "state",
-            "cron",
-            "timezone",
-            "kind",
-            "queue",
-            "next run",
-            "last run",
-        ):
-            table.add_column(column, overflow="fold")
-        for info in schedules:
-            table.add_row(
-                info.name,
-                _state(info),
-                info.schedule,
-                info.timezone,
-                info.kind,
-                info.queue,
-                "-" if info.stale or info.paused else info.next_run_at.isoformat(),
-                info.last_run_at.isoformat() if info.last_run_at else "-",
-            )
-        console.print(table)
-
-
-def _iso(value: Any) -> str:
-    return value.isoformat() if hasattr(value, "isoformat") else str(value)
+        out.table(
+            "periodic schedules",
+            ["name", "state", "cron", "timezone", "kind", "queue", "next run", "last run"],
+            [
+                [
+                    info.name,
+                    _state(info),
+                    info.schedule,
+                    info.timezone,
+                    info.kind,
+                    info.queue,
+                    None if info.stale or info.paused else info.next_run_at,
+                    info.last_run_at,
+                ]
+                for info in schedules
+            ],
+            empty="no periodic schedules",
+        )

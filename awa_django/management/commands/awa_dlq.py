@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
-import dataclasses
+import argparse
 import datetime as dt
-import json
-from typing import IO, Any, cast
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
-from rich.console import Console
-from rich.table import Table
+from django.core.management.base import BaseCommand, CommandParser
 
 from awa_django import ops
-from awa_django.exceptions import InvalidJob, JobNotFound
-from awa_django.management.options import add_database_argument
+from awa_django.management.options import (
+    add_database_argument,
+    add_json_argument,
+    add_yes_argument,
+)
+from awa_django.management.output import (
+    Output,
+    confirm_change,
+    not_found,
+    operator_errors,
+    usage_error,
+)
 from awa_django.storage import dlq as dlq_store
 from awa_django.storage.base import run
 
@@ -22,14 +29,14 @@ def _timestamp(value: str) -> dt.datetime:
     try:
         moment = dt.datetime.fromisoformat(value)
     except ValueError:
-        raise CommandError(f"--moved-before: not an ISO 8601 timestamp: {value!r}") from None
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 timestamp: {value!r}") from None
     return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
 
 
 class Command(BaseCommand):
     help = (
         "List, retry or purge dead-lettered jobs. Examples: manage.py awa_dlq list --queue "
-        "email --json; manage.py awa_dlq retry 42 --queue email-slow; manage.py awa_dlq purge "
+        "email --json; manage.py awa_dlq retry 42 --to-queue email-slow; manage.py awa_dlq purge "
         "--all --kind billing.charge"
     )
 
@@ -44,11 +51,7 @@ class Command(BaseCommand):
         listing.add_argument(
             "--limit", type=int, default=100, metavar="N", help="At most N entries (default 100)."
         )
-        listing.add_argument(
-            "--json",
-            action="store_true",
-            help="Print the entries (with every error and traceback) as one JSON document.",
-        )
+        add_json_argument(listing, "the entries (with every error and traceback)")
         add_database_argument(listing)
         for name, about in (
             ("retry", "Run dead-lettered jobs again, due now (attempt and run_lease reset)."),
@@ -61,8 +64,8 @@ class Command(BaseCommand):
             action.add_argument(
                 "--all",
                 action="store_true",
-                help="Every entry matching --queue/--kind/--moved-before (asks for confirmation "
-                "unless --no-input).",
+                help="Every entry matching --queue/--kind/--moved-before (asks for confirmation, "
+                "even when stdin is not a terminal, unless --yes or --no-input).",
             )
             self._filters(action)
             action.add_argument(
@@ -76,8 +79,9 @@ class Command(BaseCommand):
                 "--noinput",
                 action="store_false",
                 dest="interactive",
-                help="Do not ask for confirmation of --all.",
+                help="Do not ask for confirmation of --all (the same as --yes).",
             )
+            add_yes_argument(action)
             if name == "retry":
                 action.add_argument(
                     "--to-queue", metavar="NAME", help="Retry on this queue instead of its own."
@@ -96,15 +100,15 @@ class Command(BaseCommand):
         parser.add_argument("--kind", metavar="KIND", help="Only entries of this job kind.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        try:
+        out = Output.of(self.stdout, options)
+        with operator_errors():
             if options["action"] == "list":
-                self._list(options)
+                self._list(out, options)
             else:
-                self._change(options)
-        except (InvalidJob, JobNotFound) as exc:
-            raise CommandError(str(exc)) from None
+                self._change(out, options)
 
-    def _list(self, options: dict[str, Any]) -> None:
+    @staticmethod
+    def _list(out: Output, options: dict[str, Any]) -> None:
         entries = ops.dlq_list(
             queue=options["queue"],
             kind=options["kind"],
@@ -112,44 +116,57 @@ class Command(BaseCommand):
             database=options["database"],
         )
         if options["json"]:
-            data = [dataclasses.asdict(entry) for entry in entries]
-            self.stdout.write(json.dumps(data, indent=2, default=str), ending="\n")
+            out.json(entries)
             return
-        # OutputWrapper is a text stream; its stubs do not say IO[str].
-        console = Console(file=cast(IO[str], self.stdout), width=140)
-        table = Table(title=f"dead-letter queue ({len(entries)} shown)")
-        for column in ("id", "queue", "kind", "attempts", "reason", "moved at", "last error"):
-            table.add_column(column, overflow="fold")
+        rows = []
         for entry in entries:
             last = entry.errors[-1] if entry.errors else {}
-            table.add_row(
-                str(entry.job_id),
-                entry.queue,
-                entry.kind,
-                f"{entry.attempt}/{entry.max_attempts}",
-                entry.reason,
-                entry.moved_at.isoformat(timespec="seconds"),
-                f"{last.get('type', '')}: {last.get('message', '')}" if last else "",
+            rows.append(
+                [
+                    entry.job_id,
+                    entry.queue,
+                    entry.kind,
+                    f"{entry.attempt}/{entry.max_attempts}",
+                    entry.reason,
+                    entry.moved_at,
+                    f"{last.get('type', '')}: {last.get('message', '')}" if last else "",
+                ]
             )
-        console.print(table)
+        out.table(
+            f"dead-letter queue ({len(entries)} shown)",
+            ["id", "queue", "kind", "attempts", "reason", "moved at", "last error"],
+            rows,
+            empty="no dead-lettered jobs",
+        )
 
-    def _change(self, options: dict[str, Any]) -> None:
+    @staticmethod
+    def _change(out: Output, options: dict[str, Any]) -> None:
         action, database = options["action"], options["database"]
         if (options["job_id"] is None) == (not options["all"]):
-            raise CommandError(f"{action}: give one job id, or --all (with filters)")
+            raise usage_error(f"{action}: give one job id, or --all (with filters)")
         if options["job_id"] is not None:
+            job_id = options["job_id"]
             if options["moved_before"] or options["queue"] or options["kind"]:
-                raise CommandError("--queue, --kind and --moved-before go with --all")
+                raise usage_error("--queue, --kind and --moved-before go with --all")
+            info = ops.get_job(job_id, database=database)
+            if info is None or info.state != "dlq":
+                raise not_found(f"job {job_id} is not in the dead-letter queue")
+            confirm_change(
+                out,
+                database,
+                f"{action} dead-lettered job {job_id} ({info.kind} on queue {info.queue})",
+                assume_yes=options["yes"],
+            )
             if action == "retry":
                 ops.dlq_retry(
-                    options["job_id"],
+                    job_id,
                     queue=options["to_queue"],
                     priority=options["to_priority"],
                     database=database,
                 )
             else:
-                ops.dlq_purge(options["job_id"], database=database)
-            self.stdout.write(f"job {options['job_id']}: {action} done")
+                ops.dlq_purge(job_id, database=database)
+            out.line(f"job {job_id}: {action} done")
             return
         chosen = {
             "queue": options["queue"],
@@ -157,20 +174,23 @@ class Command(BaseCommand):
             "moved_before": options["moved_before"],
             "database": database,
         }
-        if options["interactive"]:
-            matching = run(
-                dlq_store.count(
-                    queue=chosen["queue"], kind=chosen["kind"], moved_before=chosen["moved_before"]
-                ),
-                database,
-            )
-            answer = input(f"{action} {matching} dead-lettered job(s)? [y/N] ")
-            if answer.strip().lower() not in ("y", "yes"):
-                raise CommandError("cancelled; nothing changed")
+        matching = run(
+            dlq_store.count(
+                queue=chosen["queue"], kind=chosen["kind"], moved_before=chosen["moved_before"]
+            ),
+            database,
+        )
+        confirm_change(
+            out,
+            database,
+            f"{action} {matching} dead-lettered job(s)",
+            assume_yes=options["yes"] or not options["interactive"],
+            always_ask=True,
+        )
         if action == "retry":
             count = ops.dlq_retry_all(
                 **chosen, to_queue=options["to_queue"], to_priority=options["to_priority"]
             )
         else:
             count = ops.dlq_purge_all(**chosen)
-        self.stdout.write(f"{action}: {count} job(s)")
+        out.line(f"{action}: {count} job(s)")

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import dataclasses
-import json
-from typing import IO, Any, cast
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
-from rich.console import Console
-from rich.table import Table
+from django.core.management.base import BaseCommand, CommandParser
 
 from awa_django import ops
-from awa_django.exceptions import JobNotFound
-from awa_django.management.options import add_database_argument
+from awa_django.management.options import (
+    add_database_argument,
+    add_json_argument,
+    add_yes_argument,
+)
+from awa_django.management.output import (
+    Output,
+    confirm_change,
+    not_found,
+    operator_errors,
+)
 from awa_django.records import JobInfo
 
 
@@ -36,55 +42,60 @@ class Command(BaseCommand):
             action = sub.add_parser(name, help=about, description=about)
             action.add_argument("job_id", type=int, metavar="ID", help="The job's id.")
             if name == "show":
-                action.add_argument(
-                    "--json",
-                    action="store_true",
-                    help="Print the job as one JSON document instead of a table.",
-                )
+                add_json_argument(action, "the job")
+            else:
+                add_yes_argument(action)
             add_database_argument(action)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        out = Output.of(self.stdout, options)
         job_id, database = options["job_id"], options["database"]
-        if options["action"] == "show":
-            info = ops.get_job(job_id, database=database)
-            if info is None:
-                raise CommandError(f"no job with id {job_id}")
-            self._show(info, as_json=options["json"])
-            return
-        change = ops.retry_job if options["action"] == "retry" else ops.cancel_job
-        try:
-            changed = change(job_id, database=database)
-        except JobNotFound as exc:
-            raise CommandError(str(exc)) from None
+        with operator_errors():
+            if options["action"] == "show":
+                info = ops.get_job(job_id, database=database)
+                if info is None:
+                    raise not_found(f"no job with id {job_id}")
+                self._show(out, info, as_json=options["json"])
+                return
+            self._change(out, options)
+
+    @staticmethod
+    def _change(out: Output, options: dict[str, Any]) -> None:
+        action, job_id, database = options["action"], options["job_id"], options["database"]
+        current = ops.get_job(job_id, database=database)
+        if current is None:
+            raise not_found(f"no job with id {job_id}")
+        confirm_change(
+            out,
+            database,
+            f"{action} job {job_id} ({current.kind} on queue {current.queue}, now {current.state})",
+            assume_yes=options["yes"],
+        )
+        change = ops.retry_job if action == "retry" else ops.cancel_job
+        changed = change(job_id, database=database)  # JobNotFound if it went meanwhile
         info = ops.get_job(job_id, database=database)
         state = info.state if info else "gone"
         if changed:
-            self.stdout.write(f"job {job_id}: {options['action']} done; it is now {state}")
+            out.line(f"job {job_id}: {action} done; it is now {state}")
         else:
-            self.stdout.write(f"job {job_id} is {state}: nothing to {options['action']}")
+            out.line(f"job {job_id} is {state}: nothing to {action}")
 
-    def _show(self, info: JobInfo, *, as_json: bool) -> None:
-        data = dataclasses.asdict(info)
+    @staticmethod
+    def _show(out: Output, info: JobInfo, *, as_json: bool) -> None:
         if as_json:
-            self.stdout.write(json.dumps(data, indent=2, default=str), ending="\n")
+            out.json(info)
             return
-        # OutputWrapper is a text stream; its stubs do not say IO[str].
-        console = Console(file=cast(IO[str], self.stdout), width=120)
-        table = Table(title=f"job {info.id}", show_header=False)
-        table.add_column("field")
-        table.add_column("value", overflow="fold")
-        for key, value in data.items():
-            if key == "errors":
-                continue
-            text = value if isinstance(value, str) else json.dumps(value, default=str)
-            table.add_row(key, text)
-        console.print(table)
+        data = dataclasses.asdict(info)
+        out.table(
+            f"job {info.id}",
+            ["field", "value"],
+            [[key, value] for key, value in data.items() if key != "errors"],
+            header=False,
+        )
         for entry in info.errors:
-            console.print(
-                f"[bold]attempt {entry.get('attempt')}[/bold] {entry.get('type')}: "
-                f"{entry.get('message')} ({entry.get('at')})",
-                markup=True,
-                highlight=False,
+            out.heading(
+                f"attempt {entry.get('attempt')} {entry.get('type')}: "
+                f"{entry.get('message')} ({entry.get('at')})"
             )
             if entry.get("traceback"):
-                console.print(entry["traceback"], markup=False, highlight=False)
+                out.line(str(entry["traceback"]))

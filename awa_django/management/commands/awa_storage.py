@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
-from typing import IO, Any, cast
+from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
-from rich.console import Console
-from rich.table import Table
 
 from awa_django.management.options import add_database_argument
+from awa_django.management.output import Column, Output
 from awa_django.storage.base import run
 from awa_django.storage.status import storage_status
 
@@ -40,56 +38,57 @@ class Command(BaseCommand):
         add_database_argument(status)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        out = Output.of(self.stdout, options)
         report = run(storage_status(), options["database"])
         if options["json"]:
-            self.stdout.write(json.dumps(report, indent=2), ending="\n")
+            out.json(report)
             return
-        # OutputWrapper is a text stream; its stubs do not say IO[str].
-        console = Console(file=cast(IO[str], self.stdout), width=120)
-        rings = Table(title="Rings")
-        for column in (
-            "ring",
-            "slot/gen",
-            "last rotate",
-            "last prune",
-            "rotations",
-            "truncations",
-            "prune lock ms",
-            "rows per slot",
-        ):
-            rings.add_column(column)
-        for name, ring in report["rings"].items():
-            rings.add_row(
-                name,
-                f"{ring['slot']}/{ring['generation']} of {ring['slot_count']}",
-                (ring["rotate"] or {}).get("outcome", "-"),
-                (ring["prune"] or {}).get("outcome", "-"),
-                str(ring["rotations"]),
-                str(ring["truncations"]),
-                _milliseconds(ring["last_prune_exclusive_ms"]),
-                " ".join(str(n) for n in ring["occupancy"]),
-            )
-        console.print(rings)
+        out.table(
+            "Rings",
+            [
+                "ring",
+                "slot/gen",
+                "last rotate",
+                "last prune",
+                "rotations",
+                "truncations",
+                "prune lock ms",
+                "rows per slot",
+            ],
+            [
+                [
+                    name,
+                    f"{ring['slot']}/{ring['generation']} of {ring['slot_count']}",
+                    (ring["rotate"] or {}).get("outcome", "-"),
+                    (ring["prune"] or {}).get("outcome", "-"),
+                    str(ring["rotations"]),
+                    str(ring["truncations"]),
+                    _milliseconds(ring["last_prune_exclusive_ms"]),
+                    " ".join(str(n) for n in ring["occupancy"]),
+                ]
+                for name, ring in report["rings"].items()
+            ],
+        )
         leader = report["leader"]
-        console.print(
+        out.line(
             f"Leader: {leader['application_name']} (pid {leader['pid']})"
             if leader
             else "Leader: none (no process runs maintenance)"
         )
-        console.print(
+        out.line(
             f"Deferred: {report['deferred']['total']} ({report['deferred']['due']} due)  "
             f"Open receipts: {report['open_receipts']}  Runtimes: {report['runtimes']}  "
             f"DLQ: {report['dlq']}"
         )
-        hot = Table(title="Hot tables (all partitions)")
-        for column in ("table", "live", "dead", "updates", "deletes"):
-            hot.add_column(column, justify="right")
-        for name, values in report["hot_tables"].items():
-            hot.add_row(
-                name, *(str(values.get(k, 0)) for k in ("live", "dead", "updates", "deletes"))
-            )
-        console.print(hot)
-        console.print(
+        out.table(
+            "Hot tables (all partitions)",
+            ["table", *(Column(c, "right") for c in ("live", "dead", "updates", "deletes"))],
+            [
+                [name, *(str(values.get(k, 0)) for k in ("live", "dead", "updates", "deletes"))]
+                for name, values in report["hot_tables"].items()
+            ],
+        )
+        out.line(
             f"Dead tuples in schema awa: {report['dead_tuples']}   "
             f"Schema size: {report['schema_bytes'] / 1024 / 1024:.1f} MiB"
         )

@@ -5,8 +5,7 @@
 SELECT id, kind, queue, priority, state, attempt, max_attempts, run_lease,
        args::text, kwargs::text, metadata::text, tags, errors::text, progress::text,
        return_value::text, created_at, run_at, attempted_at, finalized_at
-  FROM awa.jobs
- WHERE id = %s
+  FROM awa.job_window(%(id)s, %(id)s)
 
 -- name: list_jobs
 SELECT id, kind, queue, priority, state, attempt, max_attempts, run_lease,
@@ -20,12 +19,22 @@ SELECT id, kind, queue, priority, state, attempt, max_attempts, run_lease,
  LIMIT %(limit)s
 
 -- name: queue_counts
--- Live rows from the view plus the permanent counts of pruned terminal rows.
-SELECT state, sum(n)::bigint
-  FROM (SELECT state, count(*) AS n FROM awa.jobs WHERE queue = %(queue)s GROUP BY state
-        UNION ALL
-        SELECT state, count FROM awa.queue_terminal_rollups WHERE queue = %(queue)s) AS c
- GROUP BY state
+-- Each state from its cheapest exact source (v015_console.sql).
+SELECT state, n FROM awa.state_counts(%(queue)s)
+
+-- name: state_counts
+-- (queue, state, count) of every queue with a job in some state.
+SELECT queue, state, n FROM awa.state_counts(NULL)
+
+-- name: job_page
+SELECT id, kind, queue, priority, state, attempt, max_attempts, run_lease,
+       args::text, kwargs::text, metadata::text, tags, errors::text, progress::text,
+       return_value::text, created_at, run_at, attempted_at, finalized_at
+  FROM awa.job_page(%(before)s, %(floor)s, %(limit)s, %(state)s, %(queue)s, %(kind)s,
+                    %(priority)s::smallint, %(tag)s)
 
 -- name: job_states
 SELECT id, state FROM awa.jobs WHERE queue = %(queue)s ORDER BY id
+
+-- name: newest_job_id
+SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM awa.job_id_seq

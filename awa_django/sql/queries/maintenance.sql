@@ -78,3 +78,7 @@ SELECT pg_current_wal_lsn()::text,
 
 -- name: wal_bytes_between
 SELECT pg_wal_lsn_diff(%s::pg_lsn, %s::pg_lsn)::bigint
+
+-- name: transaction_read_only
+-- True on a hot standby (or for a role defaulting to read-only transactions).
+SELECT current_setting('transaction_read_only') = 'on'

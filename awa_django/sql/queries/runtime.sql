@@ -27,7 +27,24 @@ SELECT awa.promote_due_skip_busy(%s)
 SELECT awa.queues_have_work(%s::text[])
 
 -- name: register_runtime
-INSERT INTO awa.runtime_instances (id, hostname, pid, queues) VALUES (%s, %s, %s, %s)
+INSERT INTO awa.runtime_instances (id, hostname, pid, queues, role) VALUES (%s, %s, %s, %s, %s)
+
+-- name: list_runtimes
+-- Every registered runtime, newest first, with whether its heartbeat is
+-- fresh and whether its election session holds the leader's lock (the
+-- session's application_name carries the runtime id, see runtime/leader.py).
+SELECT r.id, r.hostname, r.pid, r.queues, r.role, r.started_at, r.heartbeat_at,
+       r.heartbeat_at > now() - make_interval(secs => %(staleness)s),
+       EXISTS (SELECT 1
+                 FROM pg_locks l
+                 JOIN pg_stat_activity a ON a.pid = l.pid
+                WHERE l.locktype = 'advisory' AND l.granted
+                  AND l.database = (SELECT oid FROM pg_database
+                                     WHERE datname = current_database())
+                  AND ((l.classid::bigint << 32) | l.objid::bigint) = %(lock)s
+                  AND a.application_name LIKE '%%' || r.id::text)
+  FROM awa.runtime_instances r
+ ORDER BY r.started_at DESC, r.id
 
 -- name: heartbeat_runtime
 UPDATE awa.runtime_instances SET heartbeat_at = now() WHERE id = %s

@@ -1,13 +1,22 @@
-"""``manage.py demo``: enqueue the demo jobs, drain them with a worker, show the result."""
+"""``manage.py demo``: enqueue the demo jobs, drain them with a worker, show the result.
+
+At a terminal it then serves the admin console (``runserver`` on
+127.0.0.1:8000, a demo superuser whose password it prints) beside a worker
+until Ctrl-C; elsewhere (CI, a pipe) it exits after the summary.
+"""
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
+import secrets
+import signal
 import subprocess
 import sys
 import time
 from collections import Counter
 
+from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand
 from django.db import transaction
 from rich.console import Console
@@ -26,6 +35,13 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--emails", type=int, default=300, help="Bulk emails to enqueue.")
+        parser.add_argument(
+            "--serve",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="End by serving the admin console with a worker until Ctrl-C "
+            "(default: when stdin is a terminal).",
+        )
 
     def handle(self, *args, **options):
         console = Console()
@@ -111,3 +127,39 @@ class Command(BaseCommand):
             row = ops.queue_counts(queue)
             counts.add_row(queue, *(str(row[state]) for state in states))
         console.print(counts)
+
+        serve = options["serve"] if options["serve"] is not None else sys.stdin.isatty()
+        if serve:
+            self.serve(console)
+
+    def serve(self, console: Console) -> None:
+        """Serve the admin on 127.0.0.1:8000 beside a worker until Ctrl-C."""
+        password = secrets.token_urlsafe(9)
+        user, _ = User.objects.get_or_create(username="demo")
+        user.is_staff = user.is_superuser = True
+        user.set_password(password)
+        user.save()
+        manage = [sys.executable, sys.argv[0]]
+        children = [
+            subprocess.Popen([*manage, "awa_worker", "--verbosity", "0"]),
+            subprocess.Popen([*manage, "runserver", "127.0.0.1:8000", "--noreload"]),
+        ]
+        console.print(
+            "\n[bold]The console[/bold]: http://127.0.0.1:8000/admin/awa_django/ "
+            f"(user [bold]demo[/bold], password [bold]{password}[/bold]); a worker runs "
+            "beside it. Ctrl-C stops both."
+        )
+        try:
+            while all(child.poll() is None for child in children):
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            for child in children:
+                if child.poll() is None:
+                    child.send_signal(signal.SIGINT)
+            for child in children:
+                try:
+                    child.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    child.kill()

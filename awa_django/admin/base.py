@@ -1,0 +1,206 @@
+"""What every console page shares: permissions, read-only mode, actions.
+
+The console's pages are ModelAdmins of the read-only models (so they sit in
+the admin index and use the admin's login, permissions and look), but they
+render their own list and detail views from :mod:`awa_django.ops`: the
+ORM changelist counts every row and sorts the whole view, which a large
+job history cannot afford, and every change must go through the storage's
+guarded operations anyway.
+
+Who may do what:
+
+* a page is visible to staff holding the model's ``view`` (or ``change``)
+  permission -- Django's own rule;
+* an action (retry, cancel, purge, pause, resume, drain, run now) needs the
+  model's ``change`` permission, a POST with the CSRF token, and the console
+  not being read-only;
+* nobody adds, edits or deletes rows through admin forms.
+
+Read-only: ``AWA["ADMIN_READ_ONLY"]`` (``override_settings`` included), or
+by itself when the awa database answers ``transaction_read_only = on`` (a
+hot standby).  Actions are then neither offered nor accepted (403).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db import DatabaseError
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+
+from ..conf import awa_settings
+from ..exceptions import CallbackNotFound, InvalidJob, JobNotFound
+from ..storage import status
+from ..storage.base import run
+
+
+def read_only(request: HttpRequest) -> bool:
+    """Whether the console refuses actions for this request (cached on it)."""
+    cached = getattr(request, "_awa_read_only", None)
+    if cached is None:
+        cached = awa_settings().admin_read_only
+        if not cached:
+            try:
+                cached = run(status.read_only())
+            except DatabaseError:
+                cached = True  # cannot tell: do not offer writes
+        request._awa_read_only = cached  # type: ignore[attr-defined]
+    return bool(cached)
+
+
+class ConsoleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """A console page over one read-only model (see the module docstring)."""
+
+    #: Template of the list page (under ``templates/admin/awa_django/``).
+    list_template = ""
+    #: Template of the detail page; empty when the page has none.
+    detail_template = ""
+    #: ``name -> label`` of the per-object actions; ``act_<name>(request,
+    #: key)`` performs one and returns the message shown to the operator.
+    object_actions: Mapping[str, str] = {}
+    actions = None
+
+    # --- permissions ---------------------------------------------------------
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # No ORM change form exists; actions use may_act().
+        return False
+
+    def may_act(self, request: HttpRequest) -> bool:
+        """Whether this user may run this page's actions now."""
+        opts = self.opts
+        return request.user.has_perm(f"{opts.app_label}.change_{opts.model_name}") and not (
+            read_only(request)
+        )
+
+    def check_act(self, request: HttpRequest) -> None:
+        if request.method != "POST" or not self.may_act(request):
+            raise PermissionDenied("this action is not allowed here")
+
+    def check_view(self, request: HttpRequest) -> None:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+
+    # --- URLs ----------------------------------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        info = self.opts.app_label, self.opts.model_name
+        wrap = self.admin_site.admin_view
+        urls = [
+            path("", wrap(self.changelist_view), name="{}_{}_changelist".format(*info)),
+            path("action/", wrap(self.list_action_view), name="{}_{}_action".format(*info)),
+        ]
+        urls += self.extra_urls()
+        if self.object_actions:
+            urls.append(
+                path(
+                    "<path:object_id>/action/<str:action>/",
+                    wrap(self.object_action_view),
+                    name="{}_{}_object_action".format(*info),
+                )
+            )
+        if self.detail_template:
+            urls.append(
+                path(
+                    "<path:object_id>/change/",
+                    wrap(self.change_view),
+                    name="{}_{}_change".format(*info),
+                )
+            )
+        return urls
+
+    def extra_urls(self) -> list[URLPattern]:
+        return []
+
+    def url(self, name: str, *args: Any) -> str:
+        return reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_{name}", args=args)
+
+    # --- rendering -----------------------------------------------------------
+
+    def render(
+        self, request: HttpRequest, template: str, context: dict[str, Any]
+    ) -> TemplateResponse:
+        base = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "app_label": self.opts.app_label,
+            "may_act": self.may_act(request),
+            "read_only": read_only(request),
+            "changelist_url": self.url("changelist"),
+            "action_url": self.url("action"),
+        }
+        return TemplateResponse(request, f"admin/awa_django/{template}", {**base, **context})
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        self.check_view(request)
+        return self.render(request, self.list_template, self.list_context(request))
+
+    def list_context(self, request: HttpRequest) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        self.check_view(request)
+        context = self.detail_context(request, object_id)
+        return self.render(request, self.detail_template, context)
+
+    def detail_context(self, request: HttpRequest, object_id: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    # --- actions -------------------------------------------------------------
+
+    def object_action_view(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
+        """POST ``<id>/action/<name>/``: one action on one object."""
+        self.check_act(request)
+        handler = getattr(self, f"act_{action}", None)
+        if action not in self.object_actions or handler is None:
+            raise PermissionDenied(f"unknown action {action!r}")
+        self._apply(request, lambda: handler(request, object_id))
+        default = self.url("change", object_id) if self.detail_template else self.url("changelist")
+        return self.back(request, default)
+
+    def list_action_view(self, request: HttpRequest) -> HttpResponse:
+        """POST ``action/``: a bulk action, confirmed on a second page."""
+        self.check_act(request)
+        return self.bulk_action(request)
+
+    def bulk_action(self, request: HttpRequest) -> HttpResponse:
+        raise PermissionDenied("this page has no bulk actions")
+
+    def _apply(self, request: HttpRequest, call: Callable[[], str]) -> None:
+        try:
+            message = call()
+        except (JobNotFound, CallbackNotFound) as exc:
+            messages.error(request, str(exc))
+        except InvalidJob as exc:
+            messages.error(request, f"refused: {exc}")
+        else:
+            messages.success(request, message)
+
+    def back(self, request: HttpRequest, default: str) -> HttpResponseRedirect:
+        """Redirect to the POSTed ``next`` when it is a safe local URL."""
+        target = request.POST.get("next", "")
+        if target and url_has_allowed_host_and_scheme(
+            target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+        ):
+            return HttpResponseRedirect(target)
+        return HttpResponseRedirect(default)

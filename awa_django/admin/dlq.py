@@ -1,0 +1,144 @@
+"""The dead-letter queue: what failed for good, and bringing it back.
+
+Rows link to the job page (the full error history with tracebacks, and
+per-job retry or purge).  Bulk actions work on the selection or on every
+entry matching the filter; the confirmation page says how many entries
+they touch, and a retry may move the jobs to another queue or priority.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+
+from .. import ops
+from ..exceptions import InvalidJob, JobNotFound
+from .base import ConsoleAdmin
+
+#: Entries shown (newest moved first); the filter narrows, bulk actions
+#: "on everything matching" reach past it.
+PAGE_SIZE = 100
+BULK_ACTIONS = {
+    "retry": "Retry selected",
+    "purge": "Purge selected",
+    "retry_all": "Retry everything matching the filter",
+    "purge_all": "Purge everything matching the filter",
+}
+
+
+class DeadLetterAdmin(ConsoleAdmin):
+    list_template = "dlq.html"
+
+    def list_context(self, request: HttpRequest) -> dict[str, Any]:
+        queue = request.GET.get("queue", "").strip() or None
+        kind = request.GET.get("kind", "").strip() or None
+        try:
+            entries = ops.dlq_list(queue=queue, kind=kind, limit=PAGE_SIZE)
+            matching = ops.dlq_count(queue=queue, kind=kind)
+        except InvalidJob as exc:
+            messages.warning(request, str(exc))
+            queue = kind = None
+            entries = ops.dlq_list(limit=PAGE_SIZE)
+            matching = ops.dlq_count()
+        every = ops.dlq_list(limit=PAGE_SIZE) if queue or kind else entries
+        return {
+            "title": "Dead letters",
+            "entries": [(e, (e.errors[-1] if e.errors else {})) for e in entries],
+            "matching": matching,
+            "queue": queue,
+            "kind": kind,
+            "queues": sorted({e.queue for e in every} | ({queue} if queue else set())),
+            "kinds": sorted({e.kind for e in every} | ({kind} if kind else set())),
+            "bulk_actions": list(BULK_ACTIONS.items()),
+            "here": request.get_full_path(),
+            "filter_query": urlencode({k: v for k, v in (("queue", queue), ("kind", kind)) if v}),
+        }
+
+    def bulk_action(self, request: HttpRequest) -> HttpResponse:
+        action = request.POST.get("action", "")
+        back = self.url("changelist")
+        if action not in BULK_ACTIONS:
+            messages.error(request, "choose an action")
+            return self.back(request, back)
+        queue = request.POST.get("queue", "").strip() or None
+        kind = request.POST.get("kind", "").strip() or None
+        ids = sorted({int(v) for v in request.POST.getlist("_selected_action") if v.isdigit()})
+        everything = action.endswith("_all")
+        if not everything and not ids:
+            messages.warning(request, "select at least one entry")
+            return self.back(request, back)
+        verb = "Retry" if action.startswith("retry") else "Purge"
+        if "confirm" not in request.POST:
+            count = ops.dlq_count(queue=queue, kind=kind) if everything else len(ids)
+            scope = _scope(queue, kind) if everything else "selected"
+            return self.render(
+                request,
+                "confirm.html",
+                {
+                    "title": f"{verb} {count} dead letter{'s' if count != 1 else ''}?",
+                    "question": f"{verb} {count} {scope} dead-letter "
+                    f"entr{'ies' if count != 1 else 'y'}?"
+                    + (" Purged jobs are deleted for good." if verb == "Purge" else ""),
+                    "items": [] if everything else [f"job {i}" for i in ids],
+                    "hidden": [("action", action), ("queue", queue or ""), ("kind", kind or "")]
+                    + [("_selected_action", i) for i in ids],
+                    "fields": (
+                        [
+                            ("To queue (optional)", "to_queue", ""),
+                            ("To priority 1-4 (optional)", "to_priority", ""),
+                        ]
+                        if verb == "Retry"
+                        else []
+                    ),
+                    "next": request.POST.get("next", ""),
+                    "post_url": self.url("action"),
+                    "verb": verb,
+                },
+            )
+        to_queue = request.POST.get("to_queue", "").strip() or None
+        raw_priority = request.POST.get("to_priority", "").strip()
+        try:
+            to_priority = int(raw_priority) if raw_priority else None
+            done = self._run(action, ids, queue, kind, to_queue, to_priority)
+        except (InvalidJob, ValueError) as exc:
+            messages.error(request, f"refused: {exc}")
+            return self.back(request, back)
+        past = "retried" if verb == "Retry" else "purged"
+        messages.success(request, f"{done} dead letter{'s' if done != 1 else ''} {past}")
+        return self.back(request, back)
+
+    @staticmethod
+    def _run(
+        action: str,
+        ids: list[int],
+        queue: str | None,
+        kind: str | None,
+        to_queue: str | None,
+        to_priority: int | None,
+    ) -> int:
+        if action == "retry_all":
+            return ops.dlq_retry_all(
+                queue=queue, kind=kind, to_queue=to_queue, to_priority=to_priority
+            )
+        if action == "purge_all":
+            return ops.dlq_purge_all(queue=queue, kind=kind)
+        done = 0
+        for job_id in ids:
+            try:
+                if action == "retry":
+                    ops.dlq_retry(job_id, queue=to_queue, priority=to_priority)
+                else:
+                    ops.dlq_purge(job_id)
+            except JobNotFound:
+                continue
+            done += 1
+        return done
+
+
+def _scope(queue: str | None, kind: str | None) -> str:
+    parts = [f"queue {queue!r}" if queue else "", f"kind {kind!r}" if kind else ""]
+    chosen = " and ".join(p for p in parts if p)
+    return f"matching ({chosen})" if chosen else "(every entry)"

@@ -1,0 +1,277 @@
+"""The job browser: every job in every state, newest first, and one job in full.
+
+Pages come from :func:`awa_django.ops.browse_jobs` (bounded work per page,
+however large the history) and the state counts from the counters the
+storage keeps (:func:`awa_django.ops.state_counts`), never from counting
+rows.  Filters: state, queue, kind, priority, tag; the search box takes a
+job id (exact lookup) or a kind.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.urls import reverse
+
+from .. import ops
+from ..conf import awa_settings
+from ..exceptions import InvalidJob, JobNotFound
+from ..jobs import registry
+from ..records import JOB_STATES, JobInfo
+from .base import ConsoleAdmin
+
+#: Jobs per page of the browser.
+PAGE_SIZE = 50
+#: States a job can be cancelled from / retried from.
+CANCELLABLE = ("available", "scheduled", "retryable", "running", "waiting_external")
+RETRYABLE = ("failed", "cancelled")
+#: Bulk actions of the browser: name -> (verb shown, past tense).
+BULK_ACTIONS = {"retry": ("Retry", "retried"), "cancel": ("Cancel", "cancelled")}
+
+
+def pretty(value: Any) -> str:
+    """JSON for a ``<pre>`` block (keys sorted, two-space indent)."""
+    return json.dumps(value, indent=2, sort_keys=True, default=str, ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class Filters:
+    """The browser's query string, validated; bad values are dropped with a note."""
+
+    state: str | None = None
+    queue: str | None = None
+    kind: str | None = None
+    priority: int | None = None
+    tag: str | None = None
+    q: str = ""
+    before: int | None = None
+
+    @classmethod
+    def parse(cls, params: QueryDict, problems: list[str]) -> Filters:
+        def text(name: str) -> str | None:
+            value = params.get(name, "").strip()
+            return value or None
+
+        def number(name: str, low: int, high: int | None = None) -> int | None:
+            raw = text(name)
+            if raw is None:
+                return None
+            if raw.isdigit() and int(raw) >= low and (high is None or int(raw) <= high):
+                return int(raw)
+            problems.append(f"ignored {name}={raw!r}")
+            return None
+
+        state = text("state")
+        if state is not None and state not in JOB_STATES:
+            problems.append(f"ignored unknown state {state!r}")
+            state = None
+        return cls(
+            state=state,
+            queue=text("queue"),
+            kind=text("kind"),
+            priority=number("priority", 1, 4),
+            tag=text("tag"),
+            q=params.get("q", "").strip(),
+            before=number("before", 1),
+        )
+
+    def query(self, **changes: Any) -> str:
+        """The query string of these filters with ``changes`` applied (None drops a key)."""
+        values = {
+            "state": self.state,
+            "queue": self.queue,
+            "kind": self.kind,
+            "priority": self.priority,
+            "tag": self.tag,
+            "q": self.q or None,
+            "before": self.before,
+        }
+        values.update(changes)
+        return "?" + urlencode({k: v for k, v in values.items() if v is not None})
+
+
+class JobAdmin(ConsoleAdmin):
+    list_template = "jobs.html"
+    detail_template = "job.html"
+    object_actions = {
+        "retry": "Retry",
+        "cancel": "Cancel",
+        "dlq": "Move to DLQ",
+        "dlq_retry": "Retry from the DLQ",
+        "dlq_purge": "Purge from the DLQ",
+    }
+
+    def list_context(self, request: HttpRequest) -> dict[str, Any]:
+        problems: list[str] = []
+        f = Filters.parse(request.GET, problems)
+        for problem in problems:
+            messages.warning(request, problem)
+        searched = ""
+        kind = f.kind
+        jobs: list[JobInfo]
+        older: int | None = None
+        short = False
+        if f.q.isdigit():
+            found = ops.get_job(int(f.q))
+            jobs = [found] if found is not None else []
+            searched = f"job id {f.q}"
+        else:
+            if f.q:
+                kind = f.q
+                searched = f"kind {f.q!r}"
+            try:
+                page = ops.browse_jobs(
+                    state=f.state,
+                    queue=f.queue,
+                    kind=kind,
+                    priority=f.priority,
+                    tag=f.tag,
+                    before=f.before,
+                    limit=PAGE_SIZE,
+                )
+            except InvalidJob as exc:
+                messages.warning(request, str(exc))
+                page = ops.browse_jobs(limit=PAGE_SIZE)
+            jobs, older = page.jobs, page.older
+            short = older is not None and len(jobs) < PAGE_SIZE
+        counts = ops.state_counts()
+        per_state = dict.fromkeys(JOB_STATES, 0)
+        for name, states in counts.items():
+            if f.queue is None or name == f.queue:
+                for state, n in states.items():
+                    per_state[state] += n
+        queues = sorted(set(counts) | set(awa_settings().queues))
+        kinds = sorted(set(registry.kinds()) | {d.name for d in ops.list_job_kind_descriptors()})
+        return {
+            "title": "Jobs",
+            "jobs": jobs,
+            "filters": f,
+            "searched": searched,
+            "states": [(s, per_state[s], f.query(state=s, before=None)) for s in JOB_STATES],
+            "all_states_url": f.query(state=None, before=None),
+            "total": sum(per_state.values()),
+            "queues": [(q, f.query(queue=q, before=None)) for q in queues],
+            "all_queues_url": f.query(queue=None, before=None),
+            "kinds": [(k, f.query(kind=k, before=None)) for k in kinds],
+            "all_kinds_url": f.query(kind=None, before=None),
+            "priorities": [(p, f.query(priority=p, before=None)) for p in (1, 2, 3, 4)],
+            "all_priorities_url": f.query(priority=None, before=None),
+            "older_url": f.query(before=older) if older is not None and not f.q.isdigit() else "",
+            "older_is_search": older is not None and not f.q.isdigit() and short,
+            "newest_url": f.query(before=None) if f.before else "",
+            "bulk_actions": [(name, verb) for name, (verb, _) in BULK_ACTIONS.items()],
+            "here": request.get_full_path(),
+        }
+
+    def detail_context(self, request: HttpRequest, object_id: str) -> dict[str, Any]:
+        if not object_id.isdigit():
+            raise Http404("no such job")
+        job = ops.get_job(int(object_id))
+        if job is None:
+            raise Http404(f"no job with id {object_id}")
+        names = []
+        if job.state in RETRYABLE:
+            names.append("retry")
+        if job.state in CANCELLABLE:
+            names.append("cancel")
+        if job.state == "failed":
+            names.append("dlq")
+        if job.state == "dlq":
+            names += ["dlq_retry", "dlq_purge"]
+        # After a purge the job is gone: go back to the DLQ list.
+        dlq_list = reverse("admin:awa_django_deadletter_changelist")
+        available = [
+            (name, self.object_actions[name], dlq_list if name == "dlq_purge" else "")
+            for name in names
+        ]
+        return {
+            "title": f"{job.kind} #{job.id}",
+            "crumb": f"#{job.id}",
+            "job": job,
+            "args": pretty(job.args),
+            "kwargs": pretty(job.kwargs),
+            "metadata": pretty(job.metadata),
+            "progress": pretty(job.progress) if job.progress is not None else "",
+            "return_value": pretty(job.return_value) if job.return_value is not None else "",
+            "errors": list(reversed(job.errors)),
+            "timeline": [
+                ("Created", job.created_at),
+                ("Scheduled for", job.run_at),
+                ("Last attempted", job.attempted_at),
+                ("Finalized", job.finalized_at),
+            ],
+            "available_actions": available,
+        }
+
+    # --- actions -------------------------------------------------------------
+
+    def act_retry(self, request: HttpRequest, object_id: str) -> str:
+        done = ops.retry_job(_job_id(object_id))
+        return f"job {object_id} queued again" if done else f"job {object_id} was not retried"
+
+    def act_cancel(self, request: HttpRequest, object_id: str) -> str:
+        done = ops.cancel_job(_job_id(object_id))
+        return f"job {object_id} cancelled" if done else f"job {object_id} had already finished"
+
+    def act_dlq(self, request: HttpRequest, object_id: str) -> str:
+        done = ops.move_failed_to_dlq(_job_id(object_id))
+        return f"job {object_id} moved to the DLQ" if done else f"job {object_id} is not failed"
+
+    def act_dlq_retry(self, request: HttpRequest, object_id: str) -> str:
+        ops.dlq_retry(_job_id(object_id))
+        return f"job {object_id} left the DLQ and is due now"
+
+    def act_dlq_purge(self, request: HttpRequest, object_id: str) -> str:
+        ops.dlq_purge(_job_id(object_id))
+        return f"job {object_id} purged"
+
+    def bulk_action(self, request: HttpRequest) -> HttpResponse:
+        action = request.POST.get("action", "")
+        if action not in BULK_ACTIONS:
+            messages.error(request, "choose an action")
+            return self.back(request, self.url("changelist"))
+        ids = sorted({int(v) for v in request.POST.getlist("_selected_action") if v.isdigit()})
+        if not ids:
+            messages.warning(request, "select at least one job")
+            return self.back(request, self.url("changelist"))
+        verb, past = BULK_ACTIONS[action]
+        if "confirm" not in request.POST:
+            return self.render(
+                request,
+                "confirm.html",
+                {
+                    "title": f"{verb} {len(ids)} job{'s' if len(ids) != 1 else ''}?",
+                    "question": f"{verb} {len(ids)} selected job{'s' if len(ids) != 1 else ''}?",
+                    "items": [f"job {i}" for i in ids],
+                    "hidden": [("action", action)] + [("_selected_action", i) for i in ids],
+                    "next": request.POST.get("next", ""),
+                    "post_url": self.url("action"),
+                    "verb": verb,
+                },
+            )
+        call = ops.retry_job if action == "retry" else ops.cancel_job
+        changed = missing = 0
+        for job_id in ids:
+            try:
+                changed += bool(call(job_id))
+            except JobNotFound:
+                missing += 1
+        unchanged = len(ids) - changed - missing
+        note = f"{changed} job{'s' if changed != 1 else ''} {past}"
+        if unchanged:
+            note += f"; {unchanged} left as they were (state did not allow it)"
+        if missing:
+            note += f"; {missing} not found"
+        messages.success(request, note)
+        return self.back(request, self.url("changelist"))
+
+
+def _job_id(object_id: str) -> int:
+    if not object_id.isdigit():
+        raise JobNotFound(f"no job with id {object_id!r}")
+    return int(object_id)

@@ -1,0 +1,121 @@
+"""Measure the console's pages against the database named by ``DATABASE_URL``.
+
+``python -m tests.django.console_probe fill N`` enqueues N jobs with COPY
+(``enqueue_many``) across three queues and completes a tenth of them;
+``python -m tests.django.console_probe pages`` loads every console page as a
+superuser and prints one JSON document: per page its status, query count,
+whether any query counted rows of ``awa.jobs``, and the time it took.  Run
+as subprocesses by ``test_console_scale.py`` so the million jobs stay out of
+the shared test database.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+
+import django
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
+django.setup()
+
+from django.conf import settings  # noqa: E402
+from django.contrib.auth.models import User  # noqa: E402
+from django.db import connection  # noqa: E402
+from django.test import Client  # noqa: E402
+from django.test.utils import CaptureQueriesContext  # noqa: E402
+
+from awa_django import enqueue_many, ops  # noqa: E402
+from awa_django.storage import SyncRunner  # noqa: E402
+from awa_django.storage.attempts import close_attempts  # noqa: E402
+from tests.factories import claim_jobs, closure_for  # noqa: E402
+
+BATCH = 10_000
+COUNTS_HISTORY = re.compile(r'count\s*\(.*\bfrom\s+"?awa"?\."?(jobs|terminal_jobs)\b', re.I | re.S)
+
+
+def fill(total: int) -> None:
+    from testapp.jobs import boom, plain
+
+    started = time.perf_counter()
+    for start in range(0, total, BATCH):
+        enqueue_many(
+            [
+                plain.using(queue=f"scale-{n % 3}", priority=1 + n % 4, tags=[f"t{n % 5}"]).prepare(
+                    n
+                )
+                for n in range(start, min(start + BATCH, total))
+            ]
+        )
+    # A tenth of them completed through the worker's own claim and close
+    # statements, so the compact completion batches hold history too.
+    runner = SyncRunner()
+    completed = 0
+    while completed < total // 10:
+        claimed = claim_jobs(runner, "scale-0", 1000)
+        runner(close_attempts([closure_for(job, "completed") for job in claimed]))
+        completed += len(claimed)
+    cancelled = boom.using(queue="scale-dlq").enqueue()
+    ops.cancel_job(cancelled.id)
+    with connection.cursor() as cursor:
+        # What autovacuum does within a minute in production: summarise the
+        # BRIN ranges of the fresh rows and gather statistics.
+        cursor.execute("VACUUM ANALYZE awa.ready_entries")
+        cursor.execute("ANALYZE")
+    print(json.dumps({"filled": total, "seconds": round(time.perf_counter() - started, 1)}))
+
+
+def pages() -> None:
+    settings.ALLOWED_HOSTS = ["*"]
+    admin, _ = User.objects.get_or_create(
+        username="scale-admin", defaults={"is_staff": True, "is_superuser": True}
+    )
+    client = Client()
+    client.force_login(admin)
+    newest = ops.browse_jobs(limit=1).jobs[0].id
+    urls = [
+        "/admin/awa_django/job/",
+        "/admin/awa_django/job/?state=available",
+        "/admin/awa_django/job/?state=completed",
+        "/admin/awa_django/job/?state=available&queue=scale-1&priority=2",
+        "/admin/awa_django/job/?tag=t3",
+        "/admin/awa_django/job/?kind=no.such.kind",
+        f"/admin/awa_django/job/?before={newest // 2}",
+        f"/admin/awa_django/job/?q={newest // 2}",
+        f"/admin/awa_django/job/{newest // 2}/change/",
+        "/admin/awa_django/deadletter/",
+        "/admin/awa_django/queue/",
+        "/admin/awa_django/queue/scale-1/change/",
+        "/admin/awa_django/queue/dashboard/",
+        "/admin/awa_django/runtime/",
+        "/admin/awa_django/queuedescriptor/",
+        "/admin/awa_django/periodicschedule/",
+    ]
+    report = []
+    for url in urls:
+        client.get(url)  # warm: templates, plans
+        with CaptureQueriesContext(connection) as queries:
+            started = time.perf_counter()
+            response = client.get(url)
+            elapsed = time.perf_counter() - started
+        report.append(
+            {
+                "url": url,
+                "status": response.status_code,
+                "queries": len(queries),
+                "counts_history": any(COUNTS_HISTORY.search(q["sql"]) for q in queries),
+                "ms": round(elapsed * 1000, 1),
+            }
+        )
+    print(
+        json.dumps(
+            {"jobs": sum(sum(q.counts.values()) for q in ops.list_queues()), "pages": report}
+        )
+    )
+
+
+if __name__ == "__main__":
+    {"fill": lambda: fill(int(sys.argv[2])), "pages": pages}[sys.argv[1]]()
