@@ -15,6 +15,7 @@ from .descriptors import Descriptor
 from .exceptions import CallbackNotFound, InvalidJob, JobNotFound, UniqueConflict
 from .jobs import ContextJob, Job, job
 from .outcomes import Cancel, RetryAfter, Snooze, TerminalError, WaitForCallback
+from .partitioned import PartitionedQueue
 from .records import EnqueuedJob, JobInfo, PreparedJob
 from .unique import Unique
 
@@ -79,6 +80,7 @@ __all__ = [
     "JobContext",
     "JobInfo",
     "JobNotFound",
+    "PartitionedQueue",
     "PreparedJob",
     "RetryAfter",
     "Snooze",

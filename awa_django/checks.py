@@ -18,7 +18,7 @@ from django.core.checks import Warning as CheckWarning
 from django.db import DatabaseError, connections
 from django.db.migrations.loader import MigrationLoader
 
-from .conf import AwaSettings, parse_settings, unimplemented_settings
+from .conf import AwaSettings, QueueConfig, parse_settings, unimplemented_settings
 from .storage import substrate
 from .storage.base import run
 
@@ -59,6 +59,7 @@ def check_settings(
                 id="awa_django.W003",
             )
         )
+    messages.extend(_weighted_only(parsed))
     database = settings.DATABASES.get(parsed.database)
     if database is None:
         messages.append(
@@ -76,6 +77,25 @@ def check_settings(
             )
         )
     return messages
+
+
+def _weighted_only(parsed: AwaSettings) -> list[CheckMessage]:
+    """W004: ``min_workers`` / ``weight`` set while there is no shared pool to weigh."""
+    if parsed.global_max_workers is not None:
+        return []
+    default = QueueConfig("default")
+    return [
+        CheckWarning(
+            f"AWA[QUEUES][{name!r}][{option!r}]: has no effect without GLOBAL_MAX_WORKERS "
+            "(each queue owns its max_workers)",
+            hint="Set AWA['GLOBAL_MAX_WORKERS'] to share one pool of permits by min_workers "
+            f"and weight, or leave {option} at its default; see {SETTINGS_REFERENCE}.",
+            id="awa_django.W004",
+        )
+        for name, queue in parsed.queues.items()
+        for option in ("min_workers", "weight")
+        if getattr(queue, option) != getattr(default, option)
+    ]
 
 
 def _pending_migrations(alias: str) -> int:

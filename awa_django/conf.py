@@ -63,6 +63,9 @@ class QueueConfig:
     name: str
     max_workers: int = 50
     rate_limit: RateLimit | None = None
+    #: ``"process"``: each worker process applies ``rate_limit`` on its own;
+    #: ``"fleet"``: every process shares one bucket kept in the database.
+    rate_limit_scope: str = "process"
     deadline: float = 300.0
     poll_interval: float = 0.2
     min_workers: int = 0
@@ -183,6 +186,15 @@ def _int(value: Any, low: int | None = None, high: int | None = None) -> int:
     return value
 
 
+RATE_LIMIT_SCOPES = ("process", "fleet")
+
+
+def _scope(value: Any) -> str:
+    if value not in RATE_LIMIT_SCOPES:
+        raise _InvalidError(f'expected "process" or "fleet", got {value!r}')
+    return str(value)
+
+
 def _bool(value: Any) -> bool:
     if not isinstance(value, bool):
         raise _InvalidError(f"expected True or False, got {value!r}")
@@ -247,6 +259,7 @@ _BOOL = _Parser(_bool, "True or False")
 _QUEUE_KEYS: dict[str, _Parser] = {
     "max_workers": _bounded(1),
     "rate_limit": _optional(_Parser(_rate_limit, "(max_rate, burst): jobs/s > 0, burst >= 1")),
+    "rate_limit_scope": _Parser(_scope, '"process" or "fleet"'),
     "deadline": _SECONDS,
     "poll_interval": _POSITIVE_SECONDS,
     "min_workers": _bounded(0),
@@ -384,6 +397,7 @@ def parse_settings(raw: Any) -> tuple[AwaSettings, list[ConfigProblem]]:
             message = _unknown("setting", key, known, upper=True)
             problems.append(ConfigProblem(str(key), message))
     parsed = AwaSettings(**values)
+    problems.extend(_capacity_problems(parsed))
     if parsed.heartbeat_staleness < parsed.heartbeat_interval * 2:
         problems.append(
             ConfigProblem(
@@ -392,6 +406,44 @@ def parse_settings(raw: Any) -> tuple[AwaSettings, list[ConfigProblem]]:
             )
         )
     return parsed, problems
+
+
+def _capacity_problems(parsed: AwaSettings) -> list[ConfigProblem]:
+    """Queue capacities no worker can honour: a floor above its cap, floors above the pool."""
+    found = [
+        ConfigProblem(
+            f"QUEUES][{name!r}]['min_workers'",
+            f"{queue.min_workers} is more than the queue's max_workers ({queue.max_workers})",
+        )
+        for name, queue in parsed.queues.items()
+        if queue.min_workers > queue.max_workers
+    ]
+    limit = parsed.global_max_workers
+    floors = sum(queue.min_workers for queue in parsed.queues.values())
+    if limit is not None and floors > limit:
+        found.append(
+            ConfigProblem(
+                "GLOBAL_MAX_WORKERS",
+                f"{limit} is less than the min_workers of QUEUES together ({floors}): "
+                "a worker running every queue could not reserve them",
+            )
+        )
+    return found
+
+
+def parse_queue_value(key: str, value: Any, *, keys: Collection[str] | None = None) -> Any:
+    """One queue option parsed as ``AWA["QUEUES"][name][key]`` would be.
+
+    ``keys`` narrows the options accepted (default: every queue option).
+    An unknown key or a bad value raises ``InvalidJob`` naming the key.
+    """
+    valid = _QUEUE_KEYS.keys() if keys is None else keys
+    if key not in valid:
+        raise InvalidJob(f"{key!r}: {_unknown('queue option', key, valid, upper=False)}")
+    try:
+        return _QUEUE_KEYS[key](value)
+    except _InvalidError as exc:
+        raise InvalidJob(f"{key!r}: {exc}") from None
 
 
 _cached: AwaSettings | None = None
@@ -420,16 +472,10 @@ def _reload(*, setting: str, **kwargs: Any) -> None:
 # --- accepted but not implemented yet: one entry per key, delete it when the feature lands
 
 NOT_IMPLEMENTED: Mapping[str, str] = {
-    "GLOBAL_MAX_WORKERS": "workers only apply each queue's max_workers",
     "QUEUE_STRIPE_COUNT": "each queue is stored as a single stripe",
     "TERMINAL_COUNT_ROLLUP_INTERVAL": "terminal counts are folded in when a slot is pruned",
-    "BATCH_OP_RETENTION_DAYS": "there are no batch operations to prune",
 }
-NOT_IMPLEMENTED_QUEUE_OPTIONS: Mapping[str, str] = {
-    "claimers": "each worker claims a queue with one claimer",
-    "weight": "queues are not weighted against each other",
-    "min_workers": "workers reserve no minimum per queue",
-}
+NOT_IMPLEMENTED_QUEUE_OPTIONS: Mapping[str, str] = {}
 
 
 def _not_implemented(key: str, reason: str) -> ConfigProblem:
@@ -465,10 +511,14 @@ SETTING_DESCRIPTIONS: Mapping[str, str] = {
     "QUEUE_DLQ": "Per-queue override of ``DLQ_ENABLED_BY_DEFAULT``.",
     "DLQ_ENABLED_BY_DEFAULT": "Jobs that fail terminally move to the dead-letter table "
     "(state ``dlq``) instead of becoming ``failed``.",
-    "GLOBAL_MAX_WORKERS": "Cap on the jobs one worker process runs at once, across its queues.",
+    "GLOBAL_MAX_WORKERS": "Weighted mode: the jobs one worker process runs at once, shared by "
+    "its queues (each gets its ``min_workers``, the rest goes by ``weight`` to the queues that "
+    "have work). ``None``: each queue has its own ``max_workers``. At least the sum of the "
+    "queues' ``min_workers``.",
     "CALLBACK_HMAC_SECRET": "Key that signs requests of the external-callback receiver.",
     "ADMIN_READ_ONLY": "Remove and refuse every mutating action of the admin console "
-    "(retry, cancel, purge, pause, resume, drain, trigger) and deny add/change/delete. "
+    "(retry, cancel, purge, pause, resume, drain, trigger, batch operations) and deny "
+    "add/change/delete. "
     "The console also turns read-only by itself when the database is a read-only replica.",
     "MAX_PAYLOAD_BYTES": "Largest JSON text of a job's args plus kwargs, in bytes; a bigger "
     "enqueue raises ``InvalidJob``.  Also the largest request body the callback receiver reads.",
@@ -506,20 +556,27 @@ SETTING_DESCRIPTIONS: Mapping[str, str] = {
     "COMPLETION_BATCH_SIZE": "Most completions a worker writes in one statement.",
     "COMPLETION_FLUSH_INTERVAL": "Longest a completion waits for its batch to fill before "
     "the worker writes it.",
-    "BATCH_OP_RETENTION_DAYS": "Days the records of batch operations are kept.",
+    "BATCH_OP_RETENTION_DAYS": "Days the leader's cleanup keeps the records of finished "
+    "(completed, cancelled, failed) batch operations.",
 }
 
 QUEUE_OPTION_DESCRIPTIONS: Mapping[str, str] = {
-    "max_workers": "Jobs of the queue one worker process runs at once (its permits); "
-    "``awa_worker --queue NAME:N`` overrides it.",
-    "rate_limit": "Token bucket on job starts, applied by each worker process on its own; "
-    "``None``: unlimited.",
+    "max_workers": "Jobs of the queue one worker process runs at once (its permits; in "
+    "weighted mode its cap); ``awa_worker --queue NAME:N`` and a live override change it.",
+    "rate_limit": "Token bucket on job starts, applied by each worker process on its own "
+    "(or shared by all, see ``rate_limit_scope``); ``None``: unlimited.",
+    "rate_limit_scope": '``"process"``: each worker process applies ``rate_limit`` on its '
+    'own (N processes start up to N times the rate). ``"fleet"``: every process shares '
+    "one bucket in the database, at the cost of one row update per claim statement.",
     "deadline": "An attempt running longer is cancelled (``ctx.is_cancelled()``) and rescued "
     "by the leader: retried, or failed once its attempts are spent. ``0``: no deadline.",
     "poll_interval": "How often an idle worker claims without being woken by NOTIFY.",
-    "min_workers": "Permits reserved for the queue whatever the other queues do.",
-    "weight": "Share of a worker's capacity relative to its other queues.",
-    "claimers": "Concurrent claim loops per worker process for the queue.",
+    "min_workers": "Weighted mode: permits of ``GLOBAL_MAX_WORKERS`` reserved for the queue "
+    "whatever the other queues do. At most ``max_workers``.",
+    "weight": "Weighted mode: the queue's share of the permits beyond every queue's "
+    "``min_workers``, relative to the other queues that have work.",
+    "claimers": "Claim loops per worker process for the queue; they share its permits and "
+    "rate limit. Raise it only when one loop leaves permits idle.",
     "claim_batch_size": "Most jobs one claim statement takes (never more than the free permits).",
     "long_running": "Every attempt escalates to a lease when it starts: its progress and "
     "liveness are tracked per attempt (for jobs that run minutes or hours).",

@@ -20,7 +20,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import functools
+import importlib
 import inspect
+import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import (
     Any,
@@ -34,6 +36,7 @@ from typing import (
     overload,
 )
 
+from . import clock
 from .conf import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, awa_settings
 from .context import JobContext
 from .descriptors import Descriptor, first_line
@@ -56,6 +59,15 @@ from .unique import Unique
 P = ParamSpec("P")
 R = TypeVar("R")
 
+log = logging.getLogger("awa_django.worker")
+
+
+#: Metadata key naming the module that defines a job's kind, for kinds no
+#: ``jobs`` module registers (Django tasks, see ``awa_django.tasks``): a
+#: process that does not know the kind imports that module when it first
+#: meets such a job (:meth:`_Registry.find`).
+DEFINED_IN = "awa.defined_in"
+
 
 class _Registry:
     """Job kinds known to this process, filled by ``@job`` at import time."""
@@ -73,6 +85,23 @@ class _Registry:
         self._jobs[job.kind] = job
 
     def get(self, kind: str) -> Job[..., Any] | None:
+        return self._jobs.get(kind)
+
+    def find(self, kind: str, metadata: Mapping[str, Any]) -> Job[..., Any] | None:
+        """The job that runs a claimed ``kind``.  A kind not registered yet is
+        looked for once more after importing the module its job's metadata
+        names under :data:`DEFINED_IN` (importing it registers the kind)."""
+        found = self._jobs.get(kind)
+        if found is not None:
+            return found
+        module = metadata.get(DEFINED_IN)
+        if not isinstance(module, str) or not module:
+            return None
+        try:
+            importlib.import_module(module)
+        except Exception:
+            log.exception("job kind %s: could not import %s", kind, module)
+            return None
         return self._jobs.get(kind)
 
     def __contains__(self, kind: object) -> bool:
@@ -187,7 +216,7 @@ class JobCall(Generic[P, R]):
         """Validate and serialise one call; nothing is written."""
         run_at = self._run_at
         if self._run_in is not None:
-            run_at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=self._run_in)
+            run_at = clock.now() + dt.timedelta(seconds=self._run_in)
         self.job.check_arguments(args, kwargs)
         args_json, kwargs_json = encode_arguments(args, kwargs, awa_settings().max_payload_bytes)
         return PreparedJob(
@@ -278,6 +307,13 @@ class Job(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<Job {self.kind} queue={self.queue!r}>"
+
+    def dlq_for(self, metadata: Mapping[str, Any], queue_dlq: bool) -> bool:
+        """Whether a job of this kind with this ``metadata`` that fails for
+        good moves to the DLQ: the queue's setting ``queue_dlq``, unless the
+        kind carries its own policy (Django tasks: the backend's ``dlq``
+        option)."""
+        return queue_dlq
 
     def check_arguments(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
         """Reject calls that cannot bind to the handler's signature.

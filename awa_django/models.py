@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
 
@@ -53,6 +52,23 @@ class JSONColumn(models.JSONField):
         return value
 
 
+class TextArray(models.Field):  # type: ignore[type-arg]
+    """A PostgreSQL ``text[]`` column read as a list of str.
+
+    Read-only (the models never write), so it needs none of
+    ``django.contrib.postgres``'s ``ArrayField`` -- nor that app in
+    ``INSTALLED_APPS``, which Django 6 requires for ``ArrayField``.
+    """
+
+    description = "A text[] column, read as a list of str"
+
+    def db_type(self, connection: Any) -> str:
+        return "text[]"
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> list[str] | None:
+        return None if value is None else list(value)
+
+
 class ReadOnlyModel(models.Model):
     objects: ClassVar[models.Manager[Any]] = models.Manager.from_queryset(ReadOnlyQuerySet)()
 
@@ -82,7 +98,7 @@ class Job(ReadOnlyModel):
     args = JSONColumn(null=True)
     kwargs = JSONColumn(null=True)
     metadata = JSONColumn(null=True)
-    tags = ArrayField(models.TextField(), null=True)
+    tags = TextArray(null=True)
     errors = JSONColumn(null=True)
     progress = JSONColumn(null=True)
     return_value = JSONColumn(null=True)
@@ -109,7 +125,7 @@ class DeadLetter(ReadOnlyModel):
     args = JSONColumn(null=True)
     kwargs = JSONColumn(null=True)
     metadata = JSONColumn(null=True)
-    tags = ArrayField(models.TextField(), null=True)
+    tags = TextArray(null=True)
     attempt = models.SmallIntegerField()
     max_attempts = models.SmallIntegerField()
     errors = JSONColumn(null=True)
@@ -152,7 +168,7 @@ class _Descriptor(ReadOnlyModel):
     description = models.TextField(null=True)
     owner = models.TextField(null=True)
     docs_url = models.TextField(null=True)
-    tags = ArrayField(models.TextField())
+    tags = TextArray()
     extra = JSONColumn()
     hash = models.TextField()
     first_seen_at = models.DateTimeField()
@@ -184,7 +200,7 @@ class Runtime(ReadOnlyModel):
     id = models.UUIDField(primary_key=True)
     hostname = models.TextField()
     pid = models.IntegerField()
-    queues = ArrayField(models.TextField())
+    queues = TextArray()
     role = models.TextField()
     started_at = models.DateTimeField()
     heartbeat_at = models.DateTimeField()
@@ -216,3 +232,28 @@ class PeriodicSchedule(ReadOnlyModel):
 
     def __str__(self) -> str:
         return self.name
+
+
+class BatchOperation(ReadOnlyModel):
+    """A batch operation and its progress (``awa.batch_operations``); submit and
+    cancel them through ``awa_django.ops``."""
+
+    id = models.BigIntegerField(primary_key=True)
+    op_kind = models.TextField()
+    filter = JSONColumn()
+    spec = JSONColumn()
+    state = models.TextField()
+    total = models.BigIntegerField()
+    done = models.BigIntegerField()
+    created_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True)
+    finished_at = models.DateTimeField(null=True)
+    error = models.TextField(null=True)
+
+    class Meta(ReadOnlyModel.Meta):
+        db_table = 'awa"."batch_operations'
+        ordering = ("-id",)
+        verbose_name = "batch operation"
+
+    def __str__(self) -> str:
+        return f"{self.op_kind} #{self.id}"

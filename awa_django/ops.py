@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -16,9 +17,13 @@ from asgiref.sync import sync_to_async
 from .conf import awa_settings
 from .cron import PeriodicInfo, fire_metadata, next_occurrence
 from .exceptions import CallbackNotFound, InvalidJob, JobNotFound
-from .payload import check_priority, check_queue, to_json
+from .overrides import check_keys, check_overrides
+from .payload import check_kind, check_priority, check_queue, to_json
 from .records import (
+    BATCH_OP_JOB_STATES,
+    BATCH_OP_KINDS,
     JOB_STATES,
+    BatchOperation,
     DescriptorInfo,
     DlqEntry,
     EnqueuedJob,
@@ -27,10 +32,12 @@ from .records import (
     QueueInfo,
     RuntimeInfo,
 )
+from .storage import batch_ops as batch_store
 from .storage import descriptors as descriptor_store
 from .storage import dlq as dlq_store
 from .storage import jobs as job_store
 from .storage import leases
+from .storage import overrides as override_store
 from .storage import periodic as periodic_store
 from .storage import queues as queue_store
 from .storage import runtimes as runtime_store
@@ -481,7 +488,7 @@ def list_queues(*, database: str | None = None) -> list[QueueInfo]:
     """Every queue the settings declare or the database knows of, by name,
     with its counts per state, pause flag and descriptor labels."""
     settings = awa_settings()
-    counts, paused, known, labels = run(
+    counts, control, known, labels = run(
         queue_store.overview(settings.heartbeat_staleness), database
     )
     names = sorted(set(settings.queues) | set(counts) | set(known))
@@ -492,9 +499,10 @@ def list_queues(*, database: str | None = None) -> list[QueueInfo]:
             QueueInfo(
                 name=name,
                 counts={**dict.fromkeys(JOB_STATES, 0), **counts.get(name, {})},
-                paused=paused.get(name) is not None,
-                paused_at=paused.get(name),
+                paused=control.get(name, (None, 1))[0] is not None,
+                paused_at=control.get(name, (None, 1))[0],
                 configured=name in settings.queues,
+                enqueue_shards=control.get(name, (None, 1))[1],
                 display_name=label.display_name if label else None,
                 description=label.description if label else None,
             )
@@ -515,6 +523,26 @@ def get_queue(queue: str, *, database: str | None = None) -> QueueInfo:
         paused_at=None,
         configured=False,
     )
+
+
+def set_enqueue_shards(queue: str, n: int, *, database: str | None = None) -> int:
+    """Give ``queue`` ``n`` enqueue shards (1 to 64); returns the previous count.
+
+    Each (queue, priority) gets ``n`` lanes: producers on different lanes no
+    longer wait for each other's commit, and jobs are FIFO per lane instead
+    of per queue.  A job with an ``ordering_key`` always goes to the lane its
+    key hashes to, so jobs of one key stay in order.  Producers pick the new
+    count up with their next enqueue; jobs already queued stay where they are
+    (so a key's order holds across the change only once its old lane is
+    empty).
+    """
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_ENQUEUE_SHARDS:
+        raise InvalidJob(f"enqueue shards must be an integer 1 to {MAX_ENQUEUE_SHARDS}, got {n!r}")
+    return run(queue_store.set_enqueue_shards(check_queue(queue), n), database)
+
+
+#: The most enqueue shards a queue may have (the schema's CHECK).
+MAX_ENQUEUE_SHARDS = 64
 
 
 # --- descriptors and runtimes -----------------------------------------------------
@@ -541,8 +569,206 @@ def list_runtimes(*, database: str | None = None) -> list[RuntimeInfo]:
 apause_queue = sync_to_async(pause_queue)
 aresume_queue = sync_to_async(resume_queue)
 adrain_queue = sync_to_async(drain_queue)
+aset_enqueue_shards = sync_to_async(set_enqueue_shards)
 alist_queues = sync_to_async(list_queues)
 aget_queue = sync_to_async(get_queue)
 alist_queue_descriptors = sync_to_async(list_queue_descriptors)
 alist_job_kind_descriptors = sync_to_async(list_job_kind_descriptors)
 alist_runtimes = sync_to_async(list_runtimes)
+
+
+# --- live queue overrides -------------------------------------------------------
+
+
+def set_queue_override(queue: str, *, database: str | None = None, **values: Any) -> dict[str, Any]:
+    """Override options of ``queue`` on every running worker, without a restart.
+
+    ``values`` are any of ``poll_interval``, ``claim_batch_size``,
+    ``max_workers``, ``rate_limit`` and ``deadline``, checked like the same
+    options of ``AWA["QUEUES"]`` (``rate_limit=None`` lifts the limit).  Keys
+    not given keep their current override, if any.  An unknown key or a bad
+    value raises ``InvalidJob`` naming it, and nothing is written.  Workers
+    running the queue apply the change within a few seconds
+    (``OVERRIDE_REFRESH_INTERVAL``): the batch size and deadline from their
+    next claim, ``max_workers`` by resizing the queue's permits (running
+    jobs finish when it shrinks).  Returns the queue's overrides now in
+    effect, as stored (durations in seconds, ``rate_limit`` as
+    ``[max_rate, burst]``).
+    """
+    name = check_queue(queue)
+    return run(override_store.set_values(name, check_overrides(values)), database)
+
+
+def queue_overrides(
+    queue: str | None = None, *, database: str | None = None
+) -> dict[str, dict[str, Any]]:
+    """``queue -> {option: value}`` of the live overrides (of every queue, or one)."""
+    names = None if queue is None else [check_queue(queue)]
+    return run(override_store.read(names), database)
+
+
+def clear_queue_override(queue: str, *keys: str, database: str | None = None) -> list[str]:
+    """Drop overrides of ``queue`` (the given options, or every one): workers
+    return to their settings within a few seconds.  Returns the options that
+    were overridden and no longer are; an option that cannot be overridden
+    raises ``InvalidJob``."""
+    name = check_queue(queue)
+    return run(override_store.clear(name, check_keys(keys) if keys else None), database)
+
+
+aset_queue_override = sync_to_async(set_queue_override)
+aqueue_overrides = sync_to_async(queue_overrides)
+aclear_queue_override = sync_to_async(clear_queue_override)
+
+
+# --- batch operations -------------------------------------------------------------
+
+#: The keys of a batch operation's ``filter`` (``queue`` is required).
+BATCH_FILTER_KEYS = ("queue", "kind", "tag", "state")
+#: Per operation: the keys its ``spec`` needs, and those it may have.
+BATCH_SPEC_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "set_priority": (("priority",), ()),
+    "move_queue": (("queue",), ("priority",)),
+}
+
+
+def _no_unknown_keys(what: str, given: Mapping[Any, Any], valid: tuple[str, ...]) -> None:
+    unknown = [key for key in given if key not in valid]
+    if unknown:
+        names = ", ".join(repr(key) for key in unknown)
+        raise InvalidJob(
+            f"unknown {what} key{'s' if len(unknown) > 1 else ''} {names}; "
+            f"valid keys: {', '.join(valid)}"
+        )
+
+
+def _batch_request(
+    op_kind: object, filter: object, spec: object
+) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """The operation, its filter and its spec checked and spelled out; raises
+    ``InvalidJob`` naming the first bad key or value."""
+    if not isinstance(op_kind, str) or op_kind not in BATCH_OP_KINDS:
+        raise InvalidJob(
+            f"unknown batch operation {op_kind!r}; operations: {', '.join(BATCH_OP_KINDS)}"
+        )
+    if not isinstance(filter, Mapping):
+        raise InvalidJob(f"filter must be a dict, got {type(filter).__name__}")
+    if not isinstance(spec, Mapping):
+        raise InvalidJob(f"spec must be a dict, got {type(spec).__name__}")
+    _no_unknown_keys("filter", filter, BATCH_FILTER_KEYS)
+    if "queue" not in filter:
+        raise InvalidJob("filter needs 'queue': a batch operation works on one queue")
+    chosen: dict[str, Any] = {"queue": check_queue(filter["queue"])}
+    if filter.get("kind") is not None:
+        chosen["kind"] = check_kind(filter["kind"])
+    tag = filter.get("tag")
+    if tag is not None:
+        if not isinstance(tag, str) or not tag or "\x00" in tag:
+            raise InvalidJob(f"filter 'tag' must be a non-empty string, got {tag!r}")
+        chosen["tag"] = tag
+    states = filter.get("state", BATCH_OP_JOB_STATES)
+    if isinstance(states, str):
+        states = [states]
+    if not isinstance(states, list | tuple | set | frozenset) or not states:
+        raise InvalidJob(
+            f"filter 'state' must be {' and/or '.join(map(repr, BATCH_OP_JOB_STATES))}, "
+            f"got {states!r}"
+        )
+    for state in states:
+        if state not in BATCH_OP_JOB_STATES:
+            raise InvalidJob(
+                f"unknown filter state {state!r}: a batch operation changes "
+                f"{' and '.join(BATCH_OP_JOB_STATES)} jobs"
+            )
+    chosen["state"] = [state for state in BATCH_OP_JOB_STATES if state in states]
+
+    required, optional = BATCH_SPEC_KEYS[op_kind]
+    _no_unknown_keys(f"{op_kind} spec", spec, required + optional)
+    for key in required:
+        if spec.get(key) is None:
+            raise InvalidJob(f"{op_kind} needs spec {key!r}")
+    values: dict[str, Any] = {}
+    if "queue" in spec:
+        values["queue"] = check_queue(spec["queue"])
+        if values["queue"] == chosen["queue"]:
+            raise InvalidJob(
+                f"move_queue needs spec 'queue' other than the filter's queue {chosen['queue']!r} "
+                "(set_priority changes priorities within a queue)"
+            )
+    if spec.get("priority") is not None:
+        values["priority"] = check_priority(spec["priority"])
+    return op_kind, chosen, values
+
+
+def _check_operation_id(op_id: object) -> int:
+    if not isinstance(op_id, int) or isinstance(op_id, bool):
+        raise InvalidJob(f"batch operation id must be an integer, got {op_id!r}")
+    return op_id
+
+
+def preview_batch_operation(
+    op_kind: str, filter: Mapping[str, Any], spec: Mapping[str, Any], *, database: str | None = None
+) -> int:
+    """How many jobs :func:`submit_batch_operation` with these arguments would change now.
+
+    ``op_kind`` is ``"set_priority"`` (``spec={"priority": 1..4}``) or
+    ``"move_queue"`` (``spec={"queue": name}``, optionally ``"priority"``).
+    ``filter`` picks the jobs: ``queue`` (required), ``kind``, ``tag`` (jobs
+    carrying it) and ``state``: ``"available"`` and/or ``"scheduled"``
+    (a string or a list; default both).  set_priority leaves jobs that have
+    the priority already alone.  An unknown key or a bad value raises
+    ``InvalidJob`` naming it.
+    """
+    return run(batch_store.preview(*_batch_request(op_kind, filter, spec)), database)
+
+
+def submit_batch_operation(
+    op_kind: str, filter: Mapping[str, Any], spec: Mapping[str, Any], *, database: str | None = None
+) -> BatchOperation:
+    """Record a change to every job matching ``filter`` (see
+    :func:`preview_batch_operation`); the maintenance leader applies it.
+
+    The leader works through it in chunks, one short transaction each, with
+    a pause in between; :func:`get_batch_operation` shows its progress and
+    :func:`cancel_batch_operation` stops it between two chunks.  It covers
+    the jobs that exist when it is submitted: its ``total`` is how many of
+    them match now.  A job keeps its id, arguments, attempt count and error
+    history; available jobs keep their relative order (FIFO) within their
+    new lane.  Running jobs are left alone.  Bad input raises ``InvalidJob``
+    and nothing is written.  Inside ``transaction.atomic()`` the operation
+    is recorded when the transaction commits.
+    """
+    return run(batch_store.submit(*_batch_request(op_kind, filter, spec)), database)
+
+
+def get_batch_operation(op_id: int, *, database: str | None = None) -> BatchOperation | None:
+    """The batch operation with this id (with its progress), or None."""
+    return run(batch_store.get(_check_operation_id(op_id)), database)
+
+
+def list_batch_operations(*, limit: int = 100, database: str | None = None) -> list[BatchOperation]:
+    """The most recent batch operations, newest first, at most ``limit``.
+
+    Finished ones are kept for ``BATCH_OP_RETENTION_DAYS``.
+    """
+    return run(batch_store.list_operations(_check_limit(limit)), database)
+
+
+def cancel_batch_operation(op_id: int, *, database: str | None = None) -> bool:
+    """Stop a pending or running batch operation; True when this call stopped it.
+
+    A chunk being applied finishes first; jobs already changed stay changed.
+    An operation that finished already is left as it is and False is
+    returned.  Unknown ids raise ``JobNotFound``.
+    """
+    cancelled = run(batch_store.cancel(_check_operation_id(op_id)), database)
+    if cancelled is None:
+        raise JobNotFound(f"no batch operation with id {op_id}")
+    return cancelled
+
+
+apreview_batch_operation = sync_to_async(preview_batch_operation)
+asubmit_batch_operation = sync_to_async(submit_batch_operation)
+aget_batch_operation = sync_to_async(get_batch_operation)
+alist_batch_operations = sync_to_async(list_batch_operations)
+acancel_batch_operation = sync_to_async(cancel_batch_operation)

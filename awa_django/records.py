@@ -120,6 +120,8 @@ class QueueInfo:
     configured: bool
     display_name: str | None = None
     description: str | None = None
+    #: Lanes per priority producers spread over (``ops.set_enqueue_shards``).
+    enqueue_shards: int = 1
 
 
 @dataclass(frozen=True)
@@ -163,6 +165,71 @@ class RuntimeInfo:
     alive: bool
     #: It holds the maintenance leader's lock right now.
     is_leader: bool
+
+
+#: What a batch operation does (``ops.submit_batch_operation``).
+BATCH_OP_KINDS = ("set_priority", "move_queue")
+#: The life of a batch operation: pending and running ones are applied by the leader.
+BATCH_OP_STATES = ("pending", "running", "completed", "cancelled", "failed")
+#: The job states a batch operation can cover (``filter["state"]``).
+BATCH_OP_JOB_STATES = ("available", "scheduled")
+
+
+@dataclass(frozen=True)
+class BatchOperation:
+    """A change to many jobs at once, applied by the maintenance leader in chunks.
+
+    ``filter`` and ``spec`` are stored as given (``filter["state"]``
+    spelled out); ``total`` counts the jobs that matched at submission,
+    ``done`` the jobs changed so far.  Jobs claimed, cancelled or promoted
+    while it runs may be left out, so a completed operation can end with
+    ``done`` below ``total``.
+    """
+
+    id: int
+    #: ``set_priority`` or ``move_queue``.
+    op_kind: str
+    filter: dict[str, Any]
+    spec: dict[str, Any]
+    #: ``pending``, ``running``, ``completed``, ``cancelled`` or ``failed``.
+    state: str
+    total: int
+    done: int
+    created_at: dt.datetime
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+    #: Why it failed (state ``failed``).
+    error: str | None
+
+    @property
+    def progress(self) -> float:
+        """``done / total`` from 0.0 to 1.0 (1.0 once finished, or when nothing matched)."""
+        if self.state == "completed" or self.total <= 0:
+            return 1.0
+        return min(1.0, self.done / self.total)
+
+    @property
+    def summary(self) -> str:
+        """What it does, in words: ``set priority 1 of the available and scheduled jobs
+        of queue 'email'``."""
+        return describe_batch_operation(self.op_kind, self.filter, self.spec)
+
+
+def describe_batch_operation(op_kind: str, filter: dict[str, Any], spec: dict[str, Any]) -> str:
+    """A batch operation in words: ``set priority 1 of the available and
+    scheduled jobs of queue 'email' of kind 'app.send'``."""
+    states = " and ".join(filter.get("state") or BATCH_OP_JOB_STATES)
+    jobs = f"the {states} jobs of queue {filter.get('queue')!r}"
+    if filter.get("kind"):
+        jobs += f" of kind {filter['kind']!r}"
+    if filter.get("tag"):
+        jobs += f" tagged {filter['tag']!r}"
+    if op_kind == "set_priority":
+        return f"set priority {spec.get('priority')} of {jobs}"
+    if op_kind == "move_queue":
+        to = f" with priority {spec['priority']}" if spec.get("priority") is not None else ""
+        return f"move {jobs} to queue {spec.get('queue')!r}{to}"
+    return f"{op_kind} {jobs} ({spec})"
 
 
 @dataclass(slots=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.contrib import admin
 
 from .. import models
+from .batches import BatchOperationAdmin
 from .catalog import (
     JobKindDescriptorAdmin,
     PeriodicScheduleAdmin,
@@ -22,8 +23,10 @@ admin.site.register(models.QueueDescriptor, QueueDescriptorAdmin)
 admin.site.register(models.JobKindDescriptor, JobKindDescriptorAdmin)
 admin.site.register(models.Runtime, RuntimeAdmin)
 admin.site.register(models.PeriodicSchedule, PeriodicScheduleAdmin)
+admin.site.register(models.BatchOperation, BatchOperationAdmin)
 
 __all__ = [
+    "BatchOperationAdmin",
     "DeadLetterAdmin",
     "JobAdmin",
     "JobKindDescriptorAdmin",

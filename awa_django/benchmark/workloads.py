@@ -29,9 +29,10 @@ from typing import Any
 import psycopg
 from django.db import connections, transaction
 
-from .. import enqueue_many
+from .. import enqueue_many, ops
 from ..conf import QueueConfig, awa_settings
 from ..jobs import Job
+from ..partitioned import PartitionedQueue
 from ..records import ClaimedJob
 from ..runtime.closures import completed
 from ..runtime.completer import CompletionEvent
@@ -64,6 +65,11 @@ class BenchOptions:
     backlog: tuple[int, ...] = ()
     backlog_claims: int = 200
     serial_jobs: int = 0
+    # --hot-queue: producer transactions in all (0: off), producer threads,
+    # and how long each transaction holds its lane after the enqueue.
+    hot_jobs: int = 0
+    hot_producers: int = 4
+    hot_hold_ms: float = 1.0
 
     @property
     def job(self) -> Job[..., Any]:
@@ -496,3 +502,75 @@ def _floor_seconds(options: BenchOptions, queue: str, count: int) -> float:
             )
             runner(close_attempts([completed(job, None)]))
         return time.perf_counter() - start
+
+
+#: The layouts --hot-queue compares: (label, enqueue shards, partitions).
+HOT_LAYOUTS = (("shards=1", 1, 0), ("shards=2", 2, 0), ("shards=4", 4, 0), ("partitioned=4", 1, 4))
+
+
+def hot_queue(options: BenchOptions) -> dict[str, Any]:
+    """One hot queue, ``hot_producers`` threads each committing one job per
+    transaction and holding it ``hot_hold_ms`` after the enqueue (the rest
+    of a web request's writes): enqueue throughput per layout, as ratios
+    against a single shard.  Producers of one lane wait for each other's
+    commit, so shards and partitions are what lets them run side by side."""
+    results: dict[str, Any] = {
+        "producers": options.hot_producers,
+        "transactions": options.hot_jobs,
+        "hold_ms": options.hot_hold_ms,
+    }
+    base: float | None = None
+    for label, shards, partitions in HOT_LAYOUTS:
+        queue = f"{options.queue}-hot-{label.replace('=', '')}"
+        routes: Callable[[int, int], str]
+        if partitions:
+            layout = PartitionedQueue(queue, partitions=partitions)
+            for physical in layout.physical_queues:
+                ops.set_enqueue_shards(physical, 1, database=options.database)
+
+            def routes(thread: int, n: int, layout: PartitionedQueue = layout) -> str:
+                return layout.route_by_key(f"{thread}-{n}")
+
+        else:
+            ops.set_enqueue_shards(queue, shards, database=options.database)
+
+            def routes(thread: int, n: int, queue: str = queue) -> str:
+                return queue
+
+        rate = _hot_rate(options, routes)
+        base = base or rate
+        results[label] = {"jobs_per_s": round(rate), "ratio": round(rate / base, 2)}
+        _drain_queues(options, _hot_queues(queue, partitions))
+    return results
+
+
+def _hot_queues(queue: str, partitions: int) -> list[str]:
+    return [f"{queue}:{i}" for i in range(partitions)] if partitions else [queue]
+
+
+def _hot_rate(options: BenchOptions, route: Callable[[int, int], str]) -> float:
+    per_thread = max(1, options.hot_jobs // options.hot_producers)
+    hold = options.hot_hold_ms / 1000.0
+    start = threading.Barrier(options.hot_producers + 1)
+
+    def produce(thread: int) -> None:
+        start.wait()
+        try:
+            for n in range(per_thread):
+                with transaction.atomic(using=options.database):
+                    options.job.using(queue=route(thread, n), database=options.database).enqueue()
+                    time.sleep(hold)
+        finally:
+            connections.close_all()
+
+    threads = [
+        threading.Thread(target=produce, args=(t,), name=f"awa-hot-{t}")
+        for t in range(options.hot_producers)
+    ]
+    for thread in threads:
+        thread.start()
+    start.wait()
+    began = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    return per_thread * options.hot_producers / (time.perf_counter() - began)

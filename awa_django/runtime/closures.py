@@ -11,8 +11,10 @@ so the mapping is unit-tested on its own (the documented outcome table):
 * ``Cancel`` -> cancelled; ``TerminalError`` -> failed (or DLQ) now;
 * shutdown giving up -> handed back, due now and uncounted.
 
-Every failed attempt appends an entry to the job's error history, which
-survives retries.
+:func:`raised` picks among them for an exception a handler raised; the
+worker's executor and the test kit's ``drain()`` both use it.  Every
+failed attempt appends an entry to the job's error history, which survives
+retries.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ import logging
 import traceback
 from typing import Any
 
+from .. import clock
 from ..exceptions import InvalidJob
+from ..outcomes import Cancel, RetryAfter, Snooze, TerminalError, WaitForCallback
 from ..payload import to_json
 from ..records import (
     CANCELLED,
@@ -44,7 +48,7 @@ MAX_TRACEBACK_CHARS = 20_000
 
 
 def _now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
+    return clock.now()
 
 
 def error_entry(
@@ -138,3 +142,41 @@ def cancelled(job: ClaimedJob, reason: str) -> Closure:
     entry = error_entry(job, None, reason)
     entry["type"] = "awa_django.Cancel"
     return _base(job, CANCELLED, CANCELLED, errors=_history(job, entry), reason=reason)
+
+
+def not_parked(job: ClaimedJob, *, dlq: bool) -> Closure:
+    """``WaitForCallback`` without a registered callback: nothing to wait for."""
+    message = "WaitForCallback raised without ctx.register_callback()"
+    log.error("job %s (%s): %s", job.job_id, job.kind, message)
+    return failed(job, error_entry(job, None, message), dlq=dlq, reason=message)
+
+
+def raised(job: ClaimedJob, exc: Exception, *, dlq: bool) -> Closure:
+    """The closure of an attempt whose handler raised ``exc`` (the outcome table).
+
+    A ``WaitForCallback`` that parked its attempt never gets here (the
+    runtime holds the attempt on its lease); one that reaches this point had
+    no callback to wait for.
+    """
+    if isinstance(exc, Snooze):
+        return snoozed(job, exc.delay)
+    if isinstance(exc, RetryAfter):
+        return retry_or_fail(job, error_entry(job, exc), exc.delay, dlq=dlq)
+    if isinstance(exc, Cancel):
+        return cancelled(job, exc.reason)
+    if isinstance(exc, WaitForCallback):
+        return not_parked(job, dlq=dlq)
+    if isinstance(exc, TerminalError):
+        log.warning(
+            "job %s (%s) attempt %s failed terminally: %s", job.job_id, job.kind, job.attempt, exc
+        )
+        return failed(job, error_entry(job, exc), dlq=dlq, reason="terminal error")
+    log.warning(
+        "job %s (%s) attempt %s/%s raised %r",
+        job.job_id,
+        job.kind,
+        job.attempt,
+        job.max_attempts,
+        exc,
+    )
+    return retry_or_fail(job, error_entry(job, exc), None, dlq=dlq)

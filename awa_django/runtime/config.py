@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import partitioned
 from ..conf import AwaSettings, QueueConfig, RateLimit
 from ..descriptors import Declared, declared_for
 from ..exceptions import InvalidJob
@@ -35,6 +36,8 @@ PROGRESS_FLUSH_INTERVAL = 1.0
 PROMOTE_BATCH = 1000
 RESCUE_BATCH = 1000
 RESCUE_PAUSE = 0.05
+# How often a worker reads the live per-queue overrides (``ops.set_queue_override``).
+OVERRIDE_REFRESH_INTERVAL = 2.0
 
 
 def _positive(name: str, value: float) -> None:
@@ -159,6 +162,18 @@ class WorkerConfig:
         names = [policy.name for policy in self.queues]
         if len(set(names)) != len(names):
             raise ValueError(f"a queue is listed twice: {names}")
+        limit = self.global_max_workers
+        floors = sum(min(p.queue.min_workers, p.max_workers) for p in self.queues)
+        if limit is not None and floors > limit:
+            raise ValueError(
+                f"the min_workers of the queues add up to {floors}, more than "
+                f"GLOBAL_MAX_WORKERS ({limit})"
+            )
+
+    @property
+    def global_max_workers(self) -> int | None:
+        """Permits the queues share (weighted mode), or None: each queue owns its own."""
+        return self.settings.global_max_workers
 
     @property
     def queue_names(self) -> list[str]:
@@ -180,7 +195,13 @@ class WorkerConfig:
 
     @property
     def total_permits(self) -> int:
-        return sum(policy.max_workers for policy in self.queues)
+        total = sum(policy.max_workers for policy in self.queues)
+        limit = self.global_max_workers
+        return total if limit is None else min(total, limit)
+
+    @property
+    def overrides(self) -> PeriodicConfig:
+        return PeriodicConfig(OVERRIDE_REFRESH_INTERVAL)
 
     @property
     def completer(self) -> CompleterConfig:
@@ -206,15 +227,24 @@ class WorkerConfig:
         return dataclasses.replace(self, queues=queues)
 
 
-def parse_queue_option(value: str) -> tuple[str, int | None]:
-    """``NAME`` or ``NAME:MAX_WORKERS`` from ``--queue``."""
-    name, _, count = value.partition(":")
+def parse_queue_option(value: str, known: Collection[str] = ()) -> tuple[str, int | None]:
+    """``NAME`` or ``NAME:MAX_WORKERS`` from ``--queue`` (see
+    :func:`awa_django.partitioned.split_queue_option` for names with ``:``)."""
+    name, count = partitioned.split_queue_option(value, known)
     check_queue(name)
     if not count:
         return name, None
     if not count.isdigit() or int(count) < 1:
         raise InvalidJob(f"--queue {value!r}: MAX_WORKERS must be a positive integer")
     return name, int(count)
+
+
+def _queue_config(settings: AwaSettings, name: str) -> QueueConfig:
+    """A queue's options; a partition without its own entry takes its logical queue's."""
+    logical = partitioned.logical_name(name)
+    if name not in settings.queues and logical is not None and logical in settings.queues:
+        return dataclasses.replace(settings.queues[logical], name=name)
+    return settings.queue(name)
 
 
 def build_config(
@@ -229,16 +259,30 @@ def build_config(
 ) -> WorkerConfig:
     """Worker configuration for ``queues`` (``NAME[:N]``; default: every configured queue)."""
     selected = (
-        [parse_queue_option(q) for q in queues]
+        [parse_queue_option(q, settings.queues) for q in queues]
         if queues
         else [(name, None) for name in settings.queues]
     )
+    # A partitioned queue's logical name stands for all its physical queues.
+    selected = [(queue, count) for name, count in selected for queue in partitioned.expand(name)]
     policies = []
     for name, count in dict(selected).items():
-        queue = settings.queue(name)
+        queue = _queue_config(settings, name)
         if count is not None:
+            if settings.global_max_workers is not None and count < queue.min_workers:
+                raise InvalidJob(
+                    f"--queue {name}:{count}: MAX_WORKERS is below the queue's min_workers "
+                    f"({queue.min_workers})"
+                )
             queue = dataclasses.replace(queue, max_workers=count)
         policies.append(QueuePolicy(queue, settings.dlq_enabled(name)))
+    limit = settings.global_max_workers
+    floors = sum(policy.queue.min_workers for policy in policies)
+    if limit is not None and floors > limit:
+        raise InvalidJob(
+            f"the min_workers of the selected queues add up to {floors}, more than "
+            f"GLOBAL_MAX_WORKERS ({limit}): run fewer queues per process or lower them"
+        )
     return WorkerConfig(
         settings=settings,
         conninfo=conninfo,

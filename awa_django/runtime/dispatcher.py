@@ -13,6 +13,22 @@ claim, and of P worker processes all woken by the same enqueue, the ones
 that keep finding the job gone (claimed by another) back off towards the
 poll interval, so a job costs about one claim instead of P.
 
+A queue's ``claimers`` option runs that many such claim loops in the
+process.  They share the queue's permits (a loop claims only for permits it
+took, so no more jobs run than there are permits), its rate limiter (a
+claim reserves its tokens before the statement and gives back those it did
+not use) and its in-flight set.
+
+A fleet-wide limit (``rate_limit_scope: "fleet"``) takes its tokens from one
+row per queue in the database before each claim (awa.take_rate_tokens), so
+every process together starts at most the configured rate; tokens a claim
+could not use go back, and a loop that got none sleeps until one is due.
+
+The policy can change while the dispatcher runs (:meth:`Dispatcher.apply`,
+a live override): the claim batch and the deadline apply from the next
+claim, ``max_workers`` resizes the permits, the rate limiter is retuned,
+and loops that sleep wake up to use the new poll interval.
+
 Stopping is cooperative: the dispatcher checks ``stopping`` between claims
 and never abandons a claim statement half way (an interrupted claim could
 commit receipts nobody runs).
@@ -28,15 +44,17 @@ import uuid
 from collections.abc import Awaitable
 from datetime import UTC, datetime
 
+from ..conf import RateLimit
 from ..context import JobContext
 from ..records import ClaimedJob
 from ..storage import AsyncRunner
+from ..storage import rate as rate_store
 from ..storage.attempts import claim
 from .completer import Completer
 from .config import QueuePolicy
 from .executor import Executor, context_for
 from .leases import LeaseHub
-from .permits import Permits
+from .permits import Permits, SharedPermits
 
 log = logging.getLogger("awa_django.worker")
 
@@ -45,6 +63,16 @@ CLAIM_ERROR_DELAY = 1.0
 WAKEUP_DEBOUNCE = 0.001
 # How much each empty / fruitful notified claim lengthens / shortens that wait.
 BACKOFF_FACTOR = 4.0
+
+
+def _local_rate(policy: QueuePolicy) -> RateLimit | None:
+    """The rate limit this process applies on its own (none for a fleet-wide one)."""
+    return policy.rate_limit if policy.queue.rate_limit_scope == "process" else None
+
+
+def _fleet_rate(policy: QueuePolicy) -> RateLimit | None:
+    """The rate limit every process shares through the database, if any."""
+    return policy.rate_limit if policy.queue.rate_limit_scope == "fleet" else None
 
 
 class TokenBucket:
@@ -67,6 +95,19 @@ class TokenBucket:
 
     def take(self, count: int) -> None:
         self._tokens -= count
+
+    def refund(self, count: int) -> None:
+        """Give back tokens taken for jobs a claim did not find."""
+        if count:
+            self._refill()
+            self._tokens = min(self.burst, self._tokens + count)
+
+    def retune(self, rate: float, burst: int) -> None:
+        """A new rate and burst; the tokens saved so far are kept (up to the new burst)."""
+        self._refill()
+        self.rate = rate
+        self.burst = burst
+        self._tokens = min(self._tokens, float(burst))
 
     def wait_time(self) -> float:
         self._refill()
@@ -105,6 +146,11 @@ class WakeupBackoff:
     def delay(self) -> float:
         """The wait before the next notified claim (jittered, never above ``cap``)."""
         return min(self.cap, self.current * (self._rng or random).uniform(0.5, 1.5))
+
+    def retune(self, cap: float) -> None:
+        """A new poll interval: the wait never exceeds it."""
+        self.cap = max(cap, self.base)
+        self.current = min(self.current, self.cap)
 
     def claimed(self, jobs: int) -> None:
         """Learn from a notified claim (or any claim that found work)."""
@@ -157,22 +203,29 @@ class Dispatcher:
         wakeup: asyncio.Event,
         stopping: asyncio.Event,
         leases: LeaseHub | None = None,
+        permits: Permits | SharedPermits | None = None,
     ) -> None:
         self.policy = policy
         self._leases = leases
-        self.permits = Permits(policy.max_workers)
+        self.permits = permits if permits is not None else Permits(policy.max_workers)
+        #: Claim loops of this queue (the ``claimers`` option; fixed at start).
+        self.claimers = policy.queue.claimers
         self._run = runner
         self._executor = executor
         self._completer = completer
         self._runtime_id = runtime_id
         self._wakeup = wakeup
         self._stopping = stopping
-        rate = policy.rate_limit
+        rate = _local_rate(policy)
         self._bucket = TokenBucket(rate.max_rate, rate.burst) if rate else None
+        # A fleet-wide limit (rate_limit_scope "fleet"): tokens come from the
+        # database; when it had none, how long until the next one is due.
+        self._fleet_wait = 0.0
         self.inflight: dict[
             tuple[int, int, int], tuple[ClaimedJob, JobContext, asyncio.Task[None]]
         ] = {}
-        self.last_claim_empty = False
+        # Per claim loop: whether its last claim came back short.
+        self._short = [False] * self.claimers
         # Claim statements issued, and those that returned no job: with
         # ``completed`` they give claims per job, the cost of idle wake-ups.
         self.claims = 0
@@ -181,29 +234,86 @@ class Dispatcher:
         # flushes at once instead of waiting for batch-mates that cannot come.
         completer.track(lambda: len(self.inflight))
         self.backoff = WakeupBackoff(WAKEUP_DEBOUNCE, policy.queue.poll_interval)
-        self._notified = False  # the next claim answers a NOTIFY
+        self._notified = [False] * self.claimers  # a loop's next claim answers a NOTIFY
+        # Set (and replaced) by apply(): sleeping loops wake to the new policy.
+        self._retuned = asyncio.Event()
 
-    async def _wait(self, awaitable: Awaitable[object], timeout: float | None = None) -> bool:
-        """Wait for ``awaitable`` unless stopping first; True if it finished."""
-        waiter = asyncio.ensure_future(awaitable)
+    @property
+    def name(self) -> str:
+        return self.policy.name
+
+    @property
+    def last_claim_empty(self) -> bool:
+        """Whether the last claim of every loop came back short (the queue is drained)."""
+        return all(self._short)
+
+    def apply(self, policy: QueuePolicy) -> None:
+        """Run with ``policy`` from now on (a live override of this queue's options).
+
+        The batch size and deadline apply from the next claim (jobs already
+        claimed keep their deadline), ``max_workers`` resizes the permits
+        (shrinking lets running jobs finish), the rate limiter keeps its
+        saved tokens under the new burst, and sleeping loops wake up so a
+        new poll interval takes effect at once.
+        """
+        old, self.policy = self.policy, policy
+        if policy.max_workers != old.max_workers:
+            self.permits.resize(policy.max_workers)
+        rate = _local_rate(policy)
+        if rate != _local_rate(old):
+            if rate is None:
+                self._bucket = None
+            elif self._bucket is None:
+                self._bucket = TokenBucket(rate.max_rate, rate.burst)
+            else:
+                self._bucket.retune(rate.max_rate, rate.burst)
+        self.backoff.retune(policy.queue.poll_interval)
+        retuned, self._retuned = self._retuned, asyncio.Event()
+        retuned.set()
+
+    async def _wait(self, *awaitables: Awaitable[object], timeout: float | None = None) -> int:
+        """Wait for the first of ``awaitables`` unless stopping first.
+
+        Returns the index of the one that finished, -1 on timeout or stop.
+        """
+        waiters = [asyncio.ensure_future(awaitable) for awaitable in awaitables]
         stopper = asyncio.ensure_future(self._stopping.wait())
         done, _ = await asyncio.wait(
-            {waiter, stopper}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            {*waiters, stopper}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
         )
-        for task in (waiter, stopper):
+        for task in (*waiters, stopper):
             if task not in done:
                 task.cancel()
-        return waiter in done
+        return next((i for i, waiter in enumerate(waiters) if waiter in done), -1)
 
     async def claim_once(self) -> list[ClaimedJob]:
         """Claim as many jobs as there are free permits (at least one)."""
+        return await self._claim(0)
+
+    async def _claim(self, loop: int) -> list[ClaimedJob]:
         wanted = 1 + self.permits.take_up_to(self.policy.claim_batch_size - 1)
-        if self._bucket is not None:
-            allowed = min(wanted, self._bucket.available())
+        fleet = _fleet_rate(self.policy)
+        if fleet is not None:
+            try:
+                granted, self._fleet_wait = await self._run(
+                    rate_store.take(self.policy.name, wanted, fleet.max_rate, fleet.burst)
+                )
+            except BaseException:
+                self.permits.release(wanted)
+                raise
+            self.permits.release(wanted - granted)
+            wanted = granted
+            if wanted == 0:
+                return []
+        bucket = self._bucket
+        if bucket is not None:
+            allowed = min(wanted, bucket.available())
             self.permits.release(wanted - allowed)
             wanted = allowed
             if wanted == 0:
                 return []
+            # Reserved before the statement: the other loops see them taken.
+            bucket.take(wanted)
         try:
             queue = self.policy.queue
             jobs = await self._run(
@@ -217,59 +327,84 @@ class Dispatcher:
             )
         except BaseException:
             self.permits.release(wanted)
+            if bucket is not None:
+                bucket.refund(wanted)
             raise
-        self._count_claim(len(jobs))
+        self._count_claim(loop, len(jobs))
         self.permits.release(wanted - len(jobs))
-        if self._bucket is not None:
-            self._bucket.take(len(jobs))
-        self.last_claim_empty = len(jobs) < wanted
+        if bucket is not None:
+            bucket.refund(wanted - len(jobs))
+        if fleet is not None and len(jobs) < wanted:
+            await self._run(rate_store.refund(self.policy.name, wanted - len(jobs), fleet.burst))
+        self._short[loop] = len(jobs) < wanted
+        self.permits.busy(not self._short[loop])
         if not jobs:
             return jobs
-        loop = asyncio.get_running_loop()
+        event_loop = asyncio.get_running_loop()
         batch = ClaimBatch([context_for(job, self._leases) for job in jobs])
         deadline_at = jobs[0].deadline_at
         if deadline_at is not None:
             delay = (deadline_at - datetime.now(UTC)).total_seconds()
-            batch.timer = loop.call_later(max(delay, 0), batch.expire)
-        create_task = loop.create_task
+            batch.timer = event_loop.call_later(max(delay, 0), batch.expire)
+        create_task = event_loop.create_task
         for job, ctx in zip(jobs, batch.contexts, strict=True):
             task = create_task(self._run_job(job, ctx, batch))
             self.inflight[(job.job_id, job.run_lease, job.claim_nonce)] = (job, ctx, task)
         return jobs
 
-    def _count_claim(self, claimed: int) -> None:
+    def _count_claim(self, loop: int, claimed: int) -> None:
         """Count a claim statement; a notified one (or any that found work)
         also tunes the wake-up back-off.  An idle poll finding nothing does
         not: it says nothing about other workers."""
         self.claims += 1
         if not claimed:
             self.empty_claims += 1
-        if claimed or self._notified:
+        if claimed or self._notified[loop]:
             self.backoff.claimed(claimed)
-        self._notified = False
+        self._notified[loop] = False
 
     async def run(self) -> None:
+        """Run the queue's claim loops until stopping."""
+        if self.claimers == 1:
+            await self._claim_loop(0)
+            return
+        loops = [
+            asyncio.create_task(self._claim_loop(n), name=f"awa-claim-{self.name}-{n}")
+            for n in range(self.claimers)
+        ]
+        try:
+            await asyncio.gather(*loops)
+        finally:
+            for task in loops:
+                task.cancel()
+
+    async def _claim_loop(self, loop: int) -> None:
         while not self._stopping.is_set():
-            if not await self._wait(self.permits.acquire()):
+            if await self._wait(self.permits.acquire()) < 0:
                 return
             self._wakeup.clear()
             try:
-                jobs = await self.claim_once()
+                jobs = await self._claim(loop)
             except Exception as exc:
                 log.warning("claim on queue %s failed: %s", self.policy.name, exc)
                 await self._wait(asyncio.sleep(CLAIM_ERROR_DELAY))
                 continue
-            if self._bucket is not None and not jobs and self._bucket.available() == 0:
-                await self._wait(asyncio.sleep(self._bucket.wait_time()))
-            elif self.last_claim_empty:
-                await self._idle()
+            bucket = self._bucket
+            if bucket is not None and not jobs and bucket.available() == 0:
+                await self._wait(asyncio.sleep(bucket.wait_time()), self._retuned.wait())
+            elif not jobs and self._fleet_wait > 0:
+                wait, self._fleet_wait = self._fleet_wait, 0.0
+                await self._wait(asyncio.sleep(wait), self._retuned.wait())
+            elif self._short[loop]:
+                await self._idle(loop)
 
-    async def _idle(self) -> None:
+    async def _idle(self, loop: int) -> None:
         """Sleep until a NOTIFY or the poll interval; after a NOTIFY, wait the
-        back-off delay too, so whatever is notified meanwhile shares the claim."""
+        back-off delay too, so whatever is notified meanwhile shares the claim.
+        A policy change ends the sleep (the next claim uses it)."""
         poll = self.policy.queue.poll_interval
-        if await self._wait(self._wakeup.wait(), timeout=poll):
-            self._notified = True
+        if await self._wait(self._wakeup.wait(), self._retuned.wait(), timeout=poll) == 0:
+            self._notified[loop] = True
             await self._wait(asyncio.sleep(self.backoff.delay()))
 
     async def _run_job(self, job: ClaimedJob, ctx: JobContext, batch: ClaimBatch) -> None:

@@ -23,9 +23,9 @@ from django.db import close_old_connections
 from ..context import JobContext
 from ..exceptions import InvalidJob
 from ..jobs import Job, registry
-from ..outcomes import Cancel, RetryAfter, Snooze, TerminalError, WaitForCallback
+from ..outcomes import Cancel, WaitForCallback
 from ..records import COMPLETED, ClaimedJob, Closure
-from .closures import cancelled, completed, error_entry, failed, retry_or_fail, snoozed
+from .closures import cancelled, completed, error_entry, failed, not_parked, raised
 from .leases import AttemptLease, LeaseHub
 from .threads import HandlerThreads
 
@@ -41,6 +41,19 @@ class Executor:
     def shutdown(self) -> None:
         self._threads.shutdown()
 
+    @property
+    def threads(self) -> int:
+        """How many sync handlers may run at once."""
+        return self._threads.size
+
+    def resize(self, threads: int) -> None:
+        """Allow ``threads`` sync handlers at once (a live ``max_workers`` change).
+
+        Threads start on demand; when the pool shrinks, threads already
+        started stay (idle) until shutdown.
+        """
+        self._threads.size = max(threads, 1)
+
     async def run(
         self, job: ClaimedJob, ctx: JobContext, *, dlq: bool, long_running: bool = False
     ) -> Closure | None:
@@ -50,16 +63,10 @@ class Executor:
         ``long_running`` (the queue's option) escalates the attempt to a
         lease before the handler starts.
         """
-        definition = registry.get(job.kind)
-        if definition is None:
-            message = f"unknown job kind: {job.kind}"
-            log.error("job %s attempt %s: %s", job.job_id, job.attempt, message)
-            return failed(job, error_entry(job, None, message), dlq=dlq, reason=message)
-        try:
-            definition.check_arguments(tuple(job.args), job.kwargs)
-        except InvalidJob as exc:
-            log.error("job %s (%s): %s", job.job_id, job.kind, exc)
-            return failed(job, error_entry(job, exc), dlq=dlq, reason="arguments do not fit")
+        definition = definition_for(job, dlq=dlq)
+        if isinstance(definition, Closure):
+            return definition
+        dlq = definition.dlq_for(job.metadata, dlq)
 
         lease = ctx._control
         if long_running and isinstance(lease, AttemptLease):
@@ -70,8 +77,7 @@ class Executor:
         closure = await self._execute(definition, job, ctx, dlq=dlq)
         if closure is None:
             return None
-        if closure.target != COMPLETED:
-            closure = replace(closure, progress=ctx.progress_snapshot()[1])
+        closure = with_progress(closure, ctx)
         if isinstance(lease, AttemptLease):
             if lease.pending:
                 # A registration an async handler started without awaiting it
@@ -95,31 +101,8 @@ class Executor:
             raise
         except WaitForCallback:
             return await self._park(job, ctx, dlq=dlq)
-        except Snooze as exc:
-            return snoozed(job, exc.delay)
-        except RetryAfter as exc:
-            return retry_or_fail(job, error_entry(job, exc), exc.delay, dlq=dlq)
-        except Cancel as exc:
-            return cancelled(job, exc.reason)
-        except TerminalError as exc:
-            log.warning(
-                "job %s (%s) attempt %s failed terminally: %s",
-                job.job_id,
-                job.kind,
-                job.attempt,
-                exc,
-            )
-            return failed(job, error_entry(job, exc), dlq=dlq, reason="terminal error")
         except Exception as exc:
-            log.warning(
-                "job %s (%s) attempt %s/%s raised %r",
-                job.job_id,
-                job.kind,
-                job.attempt,
-                job.max_attempts,
-                exc,
-            )
-            return retry_or_fail(job, error_entry(job, exc), None, dlq=dlq)
+            return raised(job, exc, dlq=dlq)
         log.debug("job %s (%s) attempt %s completed", job.job_id, job.kind, job.attempt)
         return completed(job, value)
 
@@ -131,23 +114,55 @@ class Executor:
                 return None
         except Cancel as exc:
             return cancelled(job, exc.reason)
-        message = "WaitForCallback raised without ctx.register_callback()"
-        log.error("job %s (%s): %s", job.job_id, job.kind, message)
-        return failed(job, error_entry(job, None, message), dlq=dlq, reason=message)
+        return not_parked(job, dlq=dlq)
 
     @staticmethod
     async def _call(definition: Job[..., Any], ctx: JobContext, job: ClaimedJob) -> Any:
-        if definition.takes_context:
-            return await definition.func(ctx, *job.args, **job.kwargs)
-        return await definition.func(*job.args, **job.kwargs)
+        return await call_handler(definition, ctx, job)
+
+
+def definition_for(job: ClaimedJob, *, dlq: bool) -> Job[..., Any] | Closure:
+    """The definition that runs ``job``, or the failed closure of an attempt
+    none can run: a kind this process does not know (after importing the
+    module the job names, see ``registry.find``), or arguments that no
+    longer fit the handler."""
+    definition = registry.find(job.kind, job.metadata)
+    if definition is None:
+        message = f"unknown job kind: {job.kind}"
+        log.error("job %s attempt %s: %s", job.job_id, job.attempt, message)
+        return failed(job, error_entry(job, None, message), dlq=dlq, reason=message)
+    try:
+        definition.check_arguments(tuple(job.args), job.kwargs)
+    except InvalidJob as exc:
+        log.error("job %s (%s): %s", job.job_id, job.kind, exc)
+        return failed(
+            job,
+            error_entry(job, exc),
+            dlq=definition.dlq_for(job.metadata, dlq),
+            reason="arguments do not fit",
+        )
+    return definition
+
+
+def with_progress(closure: Closure, ctx: JobContext) -> Closure:
+    """``closure`` carrying the attempt's last progress (a completion clears it)."""
+    if closure.target == COMPLETED:
+        return closure
+    return replace(closure, progress=ctx.progress_snapshot()[1])
+
+
+def call_handler(definition: Job[..., Any], ctx: JobContext, job: ClaimedJob) -> Any:
+    """Call the handler with the attempt's arguments (and ``ctx`` when it
+    takes the context): its value, or the coroutine of an async handler."""
+    if definition.takes_context:
+        return definition.func(ctx, *job.args, **job.kwargs)
+    return definition.func(*job.args, **job.kwargs)
 
 
 def _call_sync(definition: Job[..., Any], ctx: JobContext, job: ClaimedJob) -> Any:
     close_old_connections()
     try:
-        if definition.takes_context:
-            return definition.func(ctx, *job.args, **job.kwargs)
-        return definition.func(*job.args, **job.kwargs)
+        return call_handler(definition, ctx, job)
     finally:
         close_old_connections()
 

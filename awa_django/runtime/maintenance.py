@@ -16,7 +16,9 @@ rescue, a prune, a cleanup batch -- never delays the others):
   descriptors older than ``DESCRIPTOR_RETENTION``;
 * ``cron``: fire due periodic schedules (:class:`CronTask`);
 * ``queue_samples``: record every queue's counters once a minute for the
-  console's charts (:class:`QueueSampler`).
+  console's charts (:class:`QueueSampler`);
+* ``batch_ops``: apply submitted batch operations (set_priority,
+  move_queue) chunk by chunk (:class:`BatchOperationTask`).
 
 :class:`Maintenance` competes for leadership through a
 :class:`~.leader.Leader` and starts the tasks when a term begins, stops them
@@ -28,12 +30,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
+import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from .. import cron
 from ..storage import AsyncRunner, descriptors
+from ..storage import batch_ops as batch_store
 from ..storage import maintenance as store
 from ..storage import queues as queue_store
 from .config import RESCUE_BATCH, RESCUE_PAUSE, MaintenanceConfig, PeriodicConfig
@@ -134,7 +139,11 @@ class Cleaner(PeriodicService[int]):
                 m.runtime_retention, m.settings.dlq_retention, m.settings.cleanup_batch_size
             )
         )
-        return removed + await self._run(descriptors.cleanup(m.settings.descriptor_retention))
+        removed += await self._run(descriptors.cleanup(m.settings.descriptor_retention))
+        retention = m.settings.batch_op_retention_days * 86400.0
+        return removed + await self._run(
+            batch_store.cleanup(retention, m.settings.cleanup_batch_size)
+        )
 
 
 class CronTask(PeriodicService[int]):
@@ -176,6 +185,86 @@ class QueueSampler(PeriodicService[int]):
 #: dashboard shows the last hour).
 SAMPLE_INTERVAL = 60.0
 SAMPLE_HORIZON = 2 * 3600.0
+
+
+#: Seconds between looks for submitted batch operations (one indexed read
+#: of a small table when there are none).
+BATCH_OP_INTERVAL = 2.0
+#: Jobs per chunk of a batch operation (one transaction each), the least
+#: pause between chunks, how long a chunk waits for a lock before it gives way,
+#: and how many chunks in a row may give way before the operation waits
+#: for the next tick.
+BATCH_OP_CHUNK = 1000
+BATCH_OP_PAUSE = 0.05
+BATCH_OP_LOCK_TIMEOUT_MS = 200
+BATCH_OP_BUSY_TRIES = 20
+
+
+class BatchOperationTask(PeriodicService[int]):
+    """Applies pending and running batch operations, oldest first, chunk by chunk.
+
+    Each chunk (at most :data:`BATCH_OP_CHUNK` jobs) is one short
+    transaction, followed by a pause of :data:`BATCH_OP_PAUSE` or as long as
+    the chunk took, whichever is longer: the lanes a chunk locks are free at
+    least half of the time, so a large operation never starves claims and
+    producers.  A cancel takes effect before the next chunk.  A chunk that
+    meets a lock held longer than :data:`BATCH_OP_LOCK_TIMEOUT_MS` (a
+    producer's open transaction on a target lane, a drain) changes nothing
+    and is tried again after the pause, up to :data:`BATCH_OP_BUSY_TRIES`
+    times in a row; then the operation waits for the next tick.  An
+    operation whose chunk fails with a database error other than a
+    connection or lock problem is marked ``failed`` with the error.
+    """
+
+    name = "batch_ops"
+    run_at_start = True
+
+    def __init__(
+        self,
+        config: PeriodicConfig,
+        runner: AsyncRunner,
+        *,
+        chunk: int = BATCH_OP_CHUNK,
+        pause: float = BATCH_OP_PAUSE,
+    ) -> None:
+        super().__init__(config)
+        self._run = runner
+        self.chunk = chunk
+        self.pause = pause
+
+    async def run_once(self) -> int:
+        """Apply every pending or running operation to its end (or until it is
+        cancelled); returns how many jobs were changed."""
+        changed = 0
+        for op_id in await self._run(batch_store.active()):
+            changed += await self._apply(op_id)
+        return changed
+
+    async def _apply(self, op_id: int) -> int:
+        changed = busy = 0
+        while True:
+            started = time.monotonic()
+            try:
+                step = await self._run(
+                    batch_store.step(op_id, self.chunk, BATCH_OP_LOCK_TIMEOUT_MS)
+                )
+            except psycopg.OperationalError:
+                raise  # the connection, a deadlock, a timeout: the next tick retries
+            except psycopg.Error as exc:
+                log.error("batch operation %s failed: %s", op_id, exc)
+                await self._run(batch_store.fail(op_id, f"{type(exc).__name__}: {exc}"))
+                return changed
+            if step is None:
+                return changed
+            changed += step.changed
+            if step.state not in ("pending", "running"):
+                log.info("batch operation %s %s: %s job(s)", op_id, step.state, step.done)
+                return changed
+            busy = busy + 1 if step.busy else 0
+            if busy >= BATCH_OP_BUSY_TRIES:
+                log.info("batch operation %s waits for a lock; retrying next tick", op_id)
+                return changed
+            await asyncio.sleep(max(self.pause, time.monotonic() - started))
 
 
 class Maintenance:
@@ -225,6 +314,7 @@ class Maintenance:
             "cleanup": Cleaner(PeriodicConfig(s.cleanup_interval), run, config),
             "cron": CronTask(PeriodicConfig(cron.EVALUATE_INTERVAL), run),
             "queue_samples": QueueSampler(PeriodicConfig(SAMPLE_INTERVAL), run),
+            "batch_ops": BatchOperationTask(PeriodicConfig(BATCH_OP_INTERVAL), run),
         }
 
     @property

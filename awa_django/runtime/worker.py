@@ -2,11 +2,17 @@
 
 Start-up: open the connection pool, write this process's periodic
 declarations (:func:`~awa_django.cron.sync_declared`), register in
-``runtime_instances``, then run the notifier (LISTEN), one dispatcher per
-queue, the completion batcher, the heartbeat, the progress flusher and
-(unless ``--no-maintenance``) a maintenance-leader candidate.  ``--burst``
-also promotes due deferred jobs itself before deciding the queues are
-empty, so it never waits on a leader.
+``runtime_instances``, apply the live overrides of its queues, then run the
+notifier (LISTEN), one dispatcher per queue (with its ``claimers`` claim
+loops), the completion batcher, the heartbeat, the progress flusher, the
+override refresher and (unless ``--no-maintenance``) a maintenance-leader
+candidate.  ``--burst`` also promotes due deferred jobs itself before
+deciding the queues are empty, so it never waits on a leader.
+
+Capacity: with ``GLOBAL_MAX_WORKERS`` the dispatchers draw their permits
+from one :class:`~.permits.WeightedPool` (floors reserved, overflow by
+weight); without it each owns :class:`~.permits.Permits` of its
+``max_workers``.
 
 Shutdown (SIGTERM/SIGINT, or ``--burst`` finding nothing left):
 
@@ -44,13 +50,15 @@ from ..storage import AsyncRunner
 from ..storage.attempts import queues_have_work
 from .closures import handed_back
 from .completer import BatchCompleter
-from .config import PeriodicConfig, WorkerConfig
+from .config import PeriodicConfig, QueuePolicy, WorkerConfig
 from .dispatcher import Dispatcher
 from .executor import Executor
 from .heartbeat import Heartbeat
 from .leases import CALLBACK_CHANNEL, CANCEL_CHANNEL, LeaseHub, is_leased
 from .maintenance import Maintenance
 from .notifier import Notifier
+from .overrides import OverrideRefresher
+from .permits import Permits, SharedPermits, WeightedPool
 from .progress import ProgressFlusher
 from .promoter import Promoter
 from .service import Service
@@ -67,7 +75,8 @@ class Worker:
         self.pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             config.conninfo,
             min_size=2,
-            max_size=len(config.queues) + 4,
+            # One connection per claim loop, plus the services'.
+            max_size=sum(policy.queue.claimers for policy in config.queues) + 4,
             kwargs={"autocommit": True},
             open=False,
             name="awa-worker",
@@ -82,6 +91,8 @@ class Worker:
         maintenance = config.maintenance_config
         self.maintenance = Maintenance(maintenance) if maintenance is not None else None
         self.promoter = Promoter(PeriodicConfig(config.settings.promote_interval), run)
+        limit = config.global_max_workers
+        self.pool_permits = WeightedPool(limit) if limit is not None else None
         self.wakeups = {policy.name: asyncio.Event() for policy in config.queues}
         self.notifier = Notifier(
             config.conninfo,
@@ -101,12 +112,36 @@ class Worker:
                 wakeup=self.wakeups[policy.name],
                 stopping=self.stopping,
                 leases=self.leases,
+                permits=self._permits_for(policy),
             )
             for policy in config.queues
         ]
+        self.overrides = OverrideRefresher(
+            config.overrides, run, self.dispatchers, on_change=self._capacity_changed
+        )
         self.progress = ProgressFlusher(config.progress, run, self._inflight_contexts)
         self.handed_back = 0
         self._run = run
+
+    def _permits_for(self, policy: QueuePolicy) -> Permits | SharedPermits:
+        if self.pool_permits is None:
+            return Permits(policy.max_workers)
+        return self.pool_permits.member(
+            policy.name,
+            min_workers=policy.queue.min_workers,
+            max_workers=policy.max_workers,
+            weight=policy.queue.weight,
+        )
+
+    @property
+    def capacity(self) -> int:
+        """Jobs this process may run at once with the policies in effect now."""
+        total = sum(d.policy.max_workers for d in self.dispatchers)
+        return total if self.pool_permits is None else min(total, self.pool_permits.total)
+
+    def _capacity_changed(self) -> None:
+        # A live max_workers change: sync handlers need as many threads.
+        self.executor.resize(self.capacity)
 
     def request_stop(self) -> None:
         if not self.stopping.is_set():
@@ -146,18 +181,19 @@ class Worker:
         self.leases.bind()
         await self.pool.open(wait=True)
         await sync_declared(self._run)  # before the leader's first cron tick
-        services: list[Service] = [self.notifier, self.heartbeat, self.progress]
+        services: list[Service] = [self.notifier, self.heartbeat, self.progress, self.overrides]
         if self.maintenance is not None:
             services.append(self.maintenance)
         try:
             await self.heartbeat.register(self.config.queue_names, os.getpid())
             await self.completer.start()
+            await self.overrides.tick()  # claim with the live overrides from the start
             for service in services:
                 await service.start()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.notifier.listening.wait(), timeout=5)
             dispatching = [
-                asyncio.create_task(d.run(), name=f"awa-dispatch-{d.policy.name}")
+                asyncio.create_task(d.run(), name=f"awa-dispatch-{d.name}")
                 for d in self.dispatchers
             ]
             log.info(

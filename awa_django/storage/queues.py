@@ -43,10 +43,17 @@ def state_counts() -> Steps[dict[str, dict[str, int]]]:
 
 
 @operation
-def paused() -> Steps[dict[str, dt.datetime | None]]:
-    """``queue -> paused_at`` of every queue with a control row."""
+def meta() -> Steps[dict[str, tuple[dt.datetime | None, int]]]:
+    """``queue -> (paused_at, enqueue_shards)`` of every queue with a control row."""
     rows = yield Execute.named("queues", "queue_meta")
-    return {queue: paused_at for queue, paused_at in rows}
+    return {queue: (paused_at, shards) for queue, paused_at, shards in rows}
+
+
+@operation
+def set_enqueue_shards(queue: str, shards: int) -> Steps[int]:
+    """Set how many enqueue shards (lanes per priority) ``queue`` has; returns the old count."""
+    rows = yield Execute.named("queues", "set_enqueue_shards", {"queue": queue, "shards": shards})
+    return int(rows[0][0])
 
 
 @operation
@@ -62,14 +69,14 @@ def overview(
 ) -> Steps[
     tuple[
         dict[str, dict[str, int]],
-        dict[str, dt.datetime | None],
+        dict[str, tuple[dt.datetime | None, int]],
         list[str],
         dict[str, DescriptorInfo],
     ]
 ]:
-    """What the queue list shows: counts, pause flags, known queues, labels."""
+    """What the queue list shows: counts, control rows, known queues, labels."""
     counts = yield from state_counts().steps
-    paused_at = yield from paused().steps
+    paused_at = yield from meta().steps
     names = yield from known().steps
     labels = yield from descriptors.status("queue", staleness).steps
     return counts, paused_at, names, {d.name: d for d in labels}

@@ -3,7 +3,8 @@
 Everything here is read-only and cheap: ring cursors from the ledgers, last
 outcomes and the last prune's lock hold from ``ring_status``, per-slot
 occupancy and dead tuples from PostgreSQL's statistics views (estimates,
-not scans), the leader from ``pg_locks``.
+not scans), the leader from ``pg_locks``; the capacity of each queue from
+the settings and the live overrides (:func:`capacity_status`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from ..conf import AwaSettings
+from ..overrides import capacity
+from . import overrides
 from .base import Execute, Row, Steps, operation, single
 from .maintenance import LEADER_LOCK_KEY, RINGS
 
@@ -136,6 +140,15 @@ def storage_status() -> Steps[dict[str, Any]]:
         "dead_tuples": sum(values["dead"] for values in stats.values()),
         "schema_bytes": size,
     }
+
+
+@operation
+def capacity_status(settings: AwaSettings) -> Steps[dict[str, Any]]:
+    """Per queue, what a worker with ``settings`` runs: reserved permits, cap,
+    weight, claimers, batch, rate limit, with the live overrides applied
+    (see :func:`awa_django.overrides.capacity`)."""
+    stored = yield from overrides.read().steps
+    return capacity(settings, stored)
 
 
 @operation

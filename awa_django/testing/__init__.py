@@ -1,93 +1,33 @@
-"""Helpers for testing code that enqueues awa jobs.
+"""The test kit: check what code enqueued, and run jobs without a worker process.
 
-``enqueued_jobs`` / ``assert_enqueued`` / ``refute_enqueued`` look at jobs
-that are waiting to run ("enqueued" = available or scheduled) through the
-same read views operators use, so they see exactly what a worker would.
-They run on Django's connection, so inside a test's transaction they see the
-test's own uncommitted jobs.
+* :func:`enqueued_jobs` / :func:`assert_enqueued` / :func:`refute_enqueued`
+  look at jobs waiting to run ("enqueued" = available or scheduled);
+* :func:`drain` runs ready jobs inline in the test's thread, through the
+  worker's own claim and close (the outcome table of a real worker);
+* :class:`FrozenClock` (:func:`freeze_clock`) makes scheduled jobs due
+  when the test says;
+* :class:`AwaTestCaseMixin` offers them to a Django ``TestCase``, the
+  ``awa`` pytest fixture (:mod:`.pytest_plugin`) to pytest tests.
+
+Everything runs on Django's connection, so inside a test's transaction it
+sees the test's own uncommitted jobs.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from .clock import FrozenClock, freeze_clock
+from .drain import OUTCOMES, drain
+from .enqueued import JobOrKind, assert_enqueued, enqueued_jobs, refute_enqueued
+from .mixin import AwaTestCaseMixin
 
-from ..jobs import Job
-from ..records import JobInfo
-from ..storage import jobs as job_store
-from ..storage.base import run
-
-_ENQUEUED_STATES = ("available", "scheduled")
-
-
-def _kind_of(job_or_kind: Job[..., Any] | str | None) -> str | None:
-    if job_or_kind is None or isinstance(job_or_kind, str):
-        return job_or_kind
-    if isinstance(job_or_kind, Job):
-        return job_or_kind.kind
-    raise TypeError(f"expected a @job function or a kind string, got {job_or_kind!r}")
-
-
-def enqueued_jobs(
-    job_or_kind: Job[..., Any] | str | None = None,
-    args: list[Any] | tuple[Any, ...] | None = None,
-    kwargs: dict[str, Any] | None = None,
-    queue: str | None = None,
-    *,
-    database: str | None = None,
-) -> list[JobInfo]:
-    """Available or scheduled jobs matching every filter given (args exactly)."""
-    kind = _kind_of(job_or_kind)
-    found: list[JobInfo] = []
-    for state in _ENQUEUED_STATES:
-        found.extend(
-            run(
-                job_store.list_jobs(queue=queue, state=state, kind=kind, limit=1_000_000),
-                database,
-            )
-        )
-    return sorted(
-        (
-            info
-            for info in found
-            if (args is None or info.args == list(args))
-            and (kwargs is None or info.kwargs == kwargs)
-        ),
-        key=lambda info: info.id,
-    )
-
-
-def assert_enqueued(
-    job_or_kind: Job[..., Any] | str | None = None,
-    args: list[Any] | tuple[Any, ...] | None = None,
-    kwargs: dict[str, Any] | None = None,
-    queue: str | None = None,
-    *,
-    database: str | None = None,
-) -> list[JobInfo]:
-    """Fail unless at least one matching job is enqueued; returns the matches."""
-    matches = enqueued_jobs(job_or_kind, args, kwargs, queue, database=database)
-    if not matches:
-        raise AssertionError(
-            f"no enqueued job matches kind={_kind_of(job_or_kind)!r} args={args!r} "
-            f"kwargs={kwargs!r} queue={queue!r}"
-        )
-    return matches
-
-
-def refute_enqueued(
-    job_or_kind: Job[..., Any] | str | None = None,
-    args: list[Any] | tuple[Any, ...] | None = None,
-    kwargs: dict[str, Any] | None = None,
-    queue: str | None = None,
-    *,
-    database: str | None = None,
-) -> None:
-    """Fail if any matching job is enqueued."""
-    matches = enqueued_jobs(job_or_kind, args, kwargs, queue, database=database)
-    if matches:
-        raise AssertionError(
-            f"{len(matches)} enqueued job(s) match: " + ", ".join(str(m.id) for m in matches)
-        )
-
-
-__all__ = ["assert_enqueued", "enqueued_jobs", "refute_enqueued"]
+__all__ = [
+    "OUTCOMES",
+    "AwaTestCaseMixin",
+    "FrozenClock",
+    "JobOrKind",
+    "assert_enqueued",
+    "drain",
+    "enqueued_jobs",
+    "freeze_clock",
+    "refute_enqueued",
+]

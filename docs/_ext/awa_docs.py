@@ -218,19 +218,27 @@ class CommandDirective(SphinxDirective):
         flags = [a for a in own_actions(parser) if not isinstance(a, argparse._SubParsersAction)]
         if flags:
             result.append(flags_table(flags))
-        for sub_name, sub_help, sub in subcommands(parser):
-            title = nodes.paragraph()
-            title += nodes.strong("", f"{name} {sub_name}")
-            if sub_help:
-                title += nodes.Text(": ")
-                title.extend(inline(sub_help))
-            result.append(title)
-            sub_usage = sub.format_usage().removeprefix("usage: ").strip()
-            result.append(nodes.literal_block(sub_usage, sub_usage, language="text"))
-            sub_flags = own_actions(sub)
-            if sub_flags:
-                result.append(flags_table(sub_flags))
+        result.extend(subcommand_sections(name, parser))
         return result
+
+
+def subcommand_sections(prefix: str, parser: argparse.ArgumentParser) -> list[nodes.Node]:
+    """Title, usage and flags of each subcommand of ``parser``, nested ones included."""
+    result: list[nodes.Node] = []
+    for sub_name, sub_help, sub in subcommands(parser):
+        title = nodes.paragraph()
+        title += nodes.strong("", f"{prefix} {sub_name}")
+        if sub_help:
+            title += nodes.Text(": ")
+            title.extend(inline(sub_help))
+        result.append(title)
+        sub_usage = sub.format_usage().removeprefix("usage: ").strip()
+        result.append(nodes.literal_block(sub_usage, sub_usage, language="text"))
+        sub_flags = [a for a in own_actions(sub) if not isinstance(a, argparse._SubParsersAction)]
+        if sub_flags:
+            result.append(flags_table(sub_flags))
+        result.extend(subcommand_sections(f"{prefix} {sub_name}", sub))
+    return result
 
 
 def setup(app: Sphinx) -> dict[str, Any]:

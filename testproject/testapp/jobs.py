@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import collections
+import threading
 import time
 import uuid
 
@@ -300,3 +302,83 @@ def fails_until_released(ctx) -> str:
     if not Execution.objects.filter(job_id=ctx.job_id, label=RELEASE).exists():
         raise TerminalError("not fixed yet")
     return f"fixed on attempt {ctx.attempt}"
+
+
+# --- capacity: how many jobs of a queue run at once -------------------------------
+
+
+class Holds:
+    """What ``testapp.held`` jobs do, per queue, in this process.
+
+    Each held job counts itself running until the test releases it
+    (:meth:`release`), so a test sees how many jobs of each queue a worker
+    runs at once (``running``) and the most it ever ran (``peak``).  For
+    in-process workers only (the counters live in this module).
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.running: collections.Counter[str] = collections.Counter()
+        self.peak: collections.Counter[str] = collections.Counter()
+        self.started: collections.Counter[str] = collections.Counter()
+        self.start_times: dict[str, list[float]] = collections.defaultdict(list)
+        self._released: collections.Counter[str] = collections.Counter()
+
+    def enter(self, queue: str) -> None:
+        with self._cond:
+            self.running[queue] += 1
+            self.started[queue] += 1
+            self.start_times[queue].append(time.monotonic())
+            self.peak[queue] = max(self.peak[queue], self.running[queue])
+            self._cond.notify_all()
+
+    def hold(self, queue: str, ctx, timeout: float) -> bool:
+        """Wait for a release of ``queue``; False when cancelled or timed out."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._released[queue] == 0:
+                if ctx.is_cancelled() or time.monotonic() > deadline:
+                    return False
+                self._cond.wait(0.02)
+            self._released[queue] -= 1
+            return True
+
+    def leave(self, queue: str) -> None:
+        with self._cond:
+            self.running[queue] -= 1
+            self._cond.notify_all()
+
+    def release(self, queue: str, count: int = 1) -> None:
+        """Let ``count`` held jobs of ``queue`` finish (now or as they start)."""
+        with self._cond:
+            self._released[queue] += count
+            self._cond.notify_all()
+
+    def reset_peak(self, queue: str) -> None:
+        """Measure the peak from now on (from the jobs running now)."""
+        with self._cond:
+            self.peak[queue] = self.running[queue]
+
+    def snapshot(self, *queues: str) -> tuple[int, ...]:
+        with self._cond:
+            return tuple(self.running[q] for q in queues)
+
+
+HOLDS = Holds()
+
+
+@job(kind="testapp.held", takes_context=True)
+def held(ctx, timeout: float = 30.0) -> bool:
+    """Runs until the test releases it through :data:`HOLDS` (or ``timeout``)."""
+    HOLDS.enter(ctx.queue)
+    try:
+        return HOLDS.hold(ctx.queue, ctx, timeout)
+    finally:
+        HOLDS.leave(ctx.queue)
+
+
+@job(kind="testapp.started", takes_context=True)
+async def started(ctx) -> None:
+    """Records when it started (``HOLDS.start_times``) and finishes at once."""
+    HOLDS.enter(ctx.queue)
+    HOLDS.leave(ctx.queue)

@@ -8,6 +8,7 @@ one with pgserver when it is unset).
 import os
 from pathlib import Path
 
+import django
 import environ
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -28,6 +29,10 @@ INSTALLED_APPS = [
     "demo",
     "testapp",
 ]
+if django.VERSION < (6, 0):
+    # Django's Tasks API comes from the django-tasks backport before Django 6;
+    # as an installed app it runs the task backends' system checks.
+    INSTALLED_APPS.append("django_tasks")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -76,6 +81,10 @@ AWA = {
         "reports": {"max_workers": 4},
     },
 }
+# Django's Tasks API runs on awa (testapp/tasks.py).  No QUEUES list: any
+# valid awa queue name is accepted.
+TASKS = {"default": {"BACKEND": "awa_django.tasks.AwaBackend", "QUEUES": []}}
+
 # Tests start worker processes with extra AWA keys (short heartbeats, fast
 # ring rotation) through this variable: a JSON object merged into AWA.
 AWA.update(env.json("AWA_SETTINGS_JSON", default={}))

@@ -202,6 +202,8 @@ def test_read_only_setting_removes_and_refuses_every_action(superuser, queue):
         (object_action("queue", queue, "pause"), {}),
         (object_action("queue", queue, "drain"), {"confirm": "yes"}),
         (reverse("admin:awa_django_deadletter_action"), {"action": "purge_all"}),
+        (object_action("periodicschedule", "any-schedule", "run"), {}),
+        (object_action("queue", queue, "resume"), {}),
     ]:
         assert superuser.post(url, data).status_code == 403, url
     assert ops.get_job(job.id).state == "available"

@@ -28,9 +28,11 @@ from awa_django import CallbackNotFound, JobNotFound, Unique, UniqueConflict, op
 from awa_django.conf import parse_settings
 from docs.examples import (
     callbacks,
+    capacity,
     console,
     dead_letters,
     enqueue_patterns,
+    hot_queue,
     outcomes,
     settings_snippet,
     signup,
@@ -465,3 +467,20 @@ def test_the_console_descriptors_are_valid():
         "Send email",
         "Deliver one transactional email.",
     )
+
+
+@pytest.mark.django_db
+def test_the_hot_queue_example_routes_one_customer_to_one_partition():
+    refs = [hot_queue.charge_later(42, cents) for cents in (100, 200)]
+    assert {ref.queue for ref in refs} == {hot_queue.billing.route_by_key(42)}
+    assert refs[0].queue in hot_queue.billing.physical_queues
+    assert [ops.get_job(ref.id).args for ref in refs] == [[42, 100], [42, 200]]
+
+
+def test_the_capacity_settings_are_valid():
+    for example in (capacity.WEIGHTED, capacity.CLAIMERS, capacity.FLEET):
+        _, problems = parse_settings(example)
+        assert problems == [], example
+    weighted = parse_settings(capacity.WEIGHTED)[0]
+    assert weighted.global_max_workers == 20 and weighted.queues["email"].weight == 2
+    assert parse_settings(capacity.FLEET)[0].queues["crm"].rate_limit_scope == "fleet"

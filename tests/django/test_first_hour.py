@@ -54,9 +54,9 @@ def test_check_hints_name_the_settings_reference():
     assert error.id == "awa_django.E001"
     assert "did you mean 'max_workers'?" in error.msg
     assert DOCS_PAGE in error.hint
-    with override_settings(AWA={"GLOBAL_MAX_WORKERS": 8}):
+    with override_settings(AWA={"QUEUES": {"email": {"weight": 2}}}):
         (warning,) = check_settings()
-    assert warning.id == "awa_django.W001" and DOCS_PAGE in warning.hint
+    assert warning.id == "awa_django.W004" and DOCS_PAGE in warning.hint
 
 
 @pytest.mark.django_db(transaction=True)

@@ -154,6 +154,7 @@ def test_run_once_needs_and_uses_the_leadership(reset_awa, queue):
         "cleanup",
         "cron",
         "queue_samples",
+        "batch_ops",
     }
     assert results["queue_ring"] == {"rotate": "skipped_idle", "prune": "already_pruned"}
 

@@ -28,6 +28,7 @@ from awa_django.storage.base import run
 STAGES = ("enqueue", "drain", "latency")
 DEFAULT_BACKLOG = "100,10000,100000"
 DEFAULT_SERIAL_JOBS = 2_000
+DEFAULT_HOT_JOBS = 4_000
 
 
 def backlog_sizes(value: str) -> tuple[int, ...]:
@@ -136,6 +137,32 @@ class Command(BaseCommand):
             f"no-op jobs (default {DEFAULT_SERIAL_JOBS}), taking turns with a bare claim + close "
             "loop, the floor the database imposes.",
         )
+        parser.add_argument(
+            "--hot-queue",
+            nargs="?",
+            const=DEFAULT_HOT_JOBS,
+            type=int,
+            metavar="N",
+            help="Focused stage (the default stages are skipped): N one-job producer "
+            f"transactions (default {DEFAULT_HOT_JOBS}) from --producers threads on one queue, "
+            "with enqueue shards 1, 2, 4 and a 4-way PartitionedQueue; throughput as ratios "
+            "against one shard.",
+        )
+        parser.add_argument(
+            "--producers",
+            type=int,
+            default=4,
+            metavar="N",
+            help="Producer threads of --hot-queue (default 4).",
+        )
+        parser.add_argument(
+            "--hold-ms",
+            type=float,
+            default=1.0,
+            metavar="MS",
+            help="How long each --hot-queue transaction stays open after its enqueue, like "
+            "the rest of a request's writes (default 1).",
+        )
         parser.add_argument("--json", metavar="PATH", help="Also write the report as JSON to PATH.")
         add_database_argument(parser)
 
@@ -148,6 +175,10 @@ class Command(BaseCommand):
             raise CommandError("--serial needs at least 2 jobs")
         if options["backlog_claims"] < 1:
             raise CommandError("--backlog-claims must be positive")
+        if options["hot_queue"] is not None and options["hot_queue"] < options["producers"]:
+            raise CommandError("--hot-queue needs at least one transaction per producer")
+        if options["producers"] < 1 or options["hold_ms"] < 0:
+            raise CommandError("--producers must be positive and --hold-ms not negative")
         check_queue(options["queue"])
         bench = BenchOptions(
             jobs=options["jobs"],
@@ -162,6 +193,9 @@ class Command(BaseCommand):
             backlog=options["backlog"] or (),
             backlog_claims=options["backlog_claims"],
             serial_jobs=options["serial"] or 0,
+            hot_jobs=options["hot_queue"] or 0,
+            hot_producers=options["producers"],
+            hot_hold_ms=options["hold_ms"],
         )
         console = Console(stderr=True)
         report = run_benchmark(bench, set(options["skip"]), console)
@@ -188,7 +222,7 @@ def run_benchmark(bench: BenchOptions, skip: set[str], console: Console) -> dict
     with Progress(
         SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console
     ) as progress:
-        if bench.backlog or bench.serial_jobs:
+        if bench.backlog or bench.serial_jobs or bench.hot_jobs:
             _focused_stages(bench, results, progress)
         else:
             _default_stages(bench, skip, results, progress)
@@ -205,7 +239,13 @@ def run_benchmark(bench: BenchOptions, skip: set[str], console: Console) -> dict
 
 
 def _focused_stages(bench: BenchOptions, results: dict[str, Any], progress: Progress) -> None:
-    """``--backlog`` / ``--serial``: the hot path measured on its own."""
+    """``--backlog`` / ``--serial`` / ``--hot-queue``: one part measured on its own."""
+    if bench.hot_jobs:
+        task = progress.add_task(
+            f"hot queue: {bench.hot_jobs} transactions from {bench.hot_producers} producers"
+        )
+        results["hot_queue"] = workloads.hot_queue(bench)
+        progress.update(task, completed=1, total=1)
     if bench.backlog:
         task = progress.add_task("claim latency over backlogs", total=None)
 

@@ -1,7 +1,9 @@
-"""``manage.py awa_queue stats|pause|resume|drain``: queues from the command line."""
+"""``manage.py awa_queue stats|pause|resume|drain|shards|overrides``: queues from the
+command line."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
@@ -18,7 +20,9 @@ from awa_django.management.output import (
     confirm_change,
     not_found,
     operator_errors,
+    usage_error,
 )
+from awa_django.overrides import OVERRIDABLE, check_keys, check_overrides
 from awa_django.records import JOB_STATES, QueueInfo
 
 #: The states ``drain`` cancels (running and waiting attempts finish).
@@ -29,11 +33,32 @@ def _state(info: QueueInfo) -> str:
     return "paused" if info.paused else "active"
 
 
+def _assignments(pairs: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` arguments, each VALUE parsed as JSON (exit 2 otherwise)."""
+    values: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key:
+            raise usage_error(f"{pair!r}: expected KEY=VALUE, e.g. max_workers=5")
+        try:
+            values[key] = json.loads(text)
+        except ValueError:
+            raise usage_error(
+                f"{pair!r}: the value is not JSON (a number, null, or a list such as [50,50])"
+            ) from None
+    return values
+
+
+def _shown(values: dict[str, Any]) -> str:
+    return ", ".join(f"{key}={json.dumps(value)}" for key, value in sorted(values.items()))
+
+
 class Command(BaseCommand):
     help = (
-        "Show queue statistics, pause, resume or drain a queue. Examples: manage.py "
-        "awa_queue stats --json; manage.py awa_queue pause email; manage.py awa_queue "
-        "drain email --yes"
+        "Show queue statistics, pause, resume or drain a queue, set its enqueue shards, "
+        "override its dispatch options live. Examples: manage.py awa_queue stats --json; "
+        "manage.py awa_queue pause email; manage.py awa_queue drain email --yes; "
+        "manage.py awa_queue overrides set email max_workers=5 rate_limit=[50,50]"
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -73,12 +98,62 @@ class Command(BaseCommand):
                 )
             add_yes_argument(action)
             add_database_argument(action)
+        about = (
+            "Give the queue N enqueue shards (1 to 64): producers spread its jobs over N "
+            "lanes per priority, FIFO per lane instead of per queue (jobs of one ordering "
+            "key keep their order)."
+        )
+        shards = sub.add_parser("shards", help=about, description=about)
+        shards.add_argument("queue", metavar="QUEUE", help="The queue's name.")
+        shards.add_argument("shards", metavar="N", type=int, help="Enqueue shards, 1 to 64.")
+        add_yes_argument(shards)
+        add_database_argument(shards)
+        self._add_overrides(sub)
+
+    @staticmethod
+    def _add_overrides(sub: Any) -> None:
+        keys = ", ".join(OVERRIDABLE)
+        about = (
+            f"Live per-queue overrides of {keys}: running workers apply them within a few "
+            "seconds, without a restart; the settings are the default again once cleared."
+        )
+        overrides = sub.add_parser("overrides", help=about, description=about)
+        what = overrides.add_subparsers(dest="overrides_action", required=True, metavar="ACTION")
+        text = (
+            "Override options of QUEUE (the others keep their current override): "
+            "KEY=VALUE with VALUE as JSON, e.g. max_workers=5 poll_interval=0.5 "
+            "rate_limit=[50,50] rate_limit=null deadline=600."
+        )
+        change = what.add_parser("set", help=text, description=text)
+        change.add_argument("queue", metavar="QUEUE", help="The queue's name.")
+        change.add_argument(
+            "values", nargs="+", metavar="KEY=VALUE", help=f"An option to override: {keys}."
+        )
+        add_yes_argument(change)
+        add_database_argument(change)
+        text = "The overrides of QUEUE (default: of every queue)."
+        show = what.add_parser("show", help=text, description=text)
+        show.add_argument("queue", nargs="?", metavar="QUEUE", help="Only this queue.")
+        add_json_argument(show, "the overrides (queue -> option -> value)")
+        add_database_argument(show)
+        text = "Drop overrides of QUEUE (the KEYs given, or every one): back to the settings."
+        clear = what.add_parser("clear", help=text, description=text)
+        clear.add_argument("queue", metavar="QUEUE", help="The queue's name.")
+        clear.add_argument(
+            "keys", nargs="*", metavar="KEY", help="Only these options (default: all)."
+        )
+        add_yes_argument(clear)
+        add_database_argument(clear)
 
     def handle(self, *args: Any, **options: Any) -> None:
         out = Output.of(self.stdout, options)
         with operator_errors():
             if options["action"] == "stats":
                 self._stats(out, options)
+            elif options["action"] == "shards":
+                self._shards(out, options)
+            elif options["action"] == "overrides":
+                self._overrides(out, options)
             else:
                 self._change(out, options)
 
@@ -138,3 +213,62 @@ class Command(BaseCommand):
             out.line(f"queue {name} is already paused: nothing to pause")
         else:
             out.line(f"queue {name} is not paused: nothing to resume")
+
+    def _shards(self, out: Output, options: dict[str, Any]) -> None:
+        database, count = options["database"], options["shards"]
+        if not 1 <= count <= ops.MAX_ENQUEUE_SHARDS:
+            raise usage_error(f"N must be 1 to {ops.MAX_ENQUEUE_SHARDS}, got {count}")
+        info = self._find(options["queue"], database)
+        confirm_change(
+            out,
+            database,
+            f"queue {info.name}: {info.enqueue_shards} -> {count} enqueue shard(s)",
+            assume_yes=options["yes"],
+        )
+        before = ops.set_enqueue_shards(info.name, count, database=database)
+        if before == count:
+            out.line(f"queue {info.name} already has {count} enqueue shard(s): nothing changed")
+        else:
+            out.line(f"queue {info.name}: {count} enqueue shard(s) (was {before})")
+
+    def _overrides(self, out: Output, options: dict[str, Any]) -> None:
+        action, database, queue = options["overrides_action"], options["database"], options["queue"]
+        if action == "show":
+            found = ops.queue_overrides(queue, database=database)
+            if options["json"]:
+                out.json(found)
+                return
+            out.table(
+                "queue overrides",
+                ["queue", "option", "value"],
+                [
+                    [name, key, json.dumps(value)]
+                    for name, values in sorted(found.items())
+                    for key, value in sorted(values.items())
+                ],
+                empty="no queue overrides" if queue is None else f"queue {queue}: no overrides",
+            )
+            return
+        if action == "set":
+            values = _assignments(options["values"])
+            name = self._find(queue, database).name
+            checked = check_overrides(values)  # refused before anything is asked
+            summary = f"override on queue {name}: {_shown(checked)}"
+            confirm_change(out, database, summary, assume_yes=options["yes"])
+            now = ops.set_queue_override(name, database=database, **values)
+            out.line(f"queue {name} overrides: {_shown(now)}")
+            return
+        keys = check_keys(tuple(options["keys"]))
+        current = ops.queue_overrides(queue, database=database).get(queue, {})
+        dropped = sorted(current) if not keys else sorted(set(keys) & set(current))
+        if not dropped:
+            out.line(f"queue {queue}: no such override to clear")
+            return
+        confirm_change(
+            out,
+            database,
+            f"clear on queue {queue}: {', '.join(dropped)} (back to the settings)",
+            assume_yes=options["yes"],
+        )
+        cleared = ops.clear_queue_override(queue, *keys, database=database)
+        out.line(f"queue {queue}: cleared {', '.join(cleared) or 'nothing'}")

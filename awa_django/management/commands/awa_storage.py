@@ -1,19 +1,32 @@
-"""``manage.py awa_storage status [--json]``: rings, leader, backlog, dead tuples."""
+"""``manage.py awa_storage status [--json]``: rings, leader, backlog, dead tuples,
+queue capacity."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from awa_django.conf import awa_settings
 from awa_django.management.options import add_database_argument
 from awa_django.management.output import Column, Output
 from awa_django.storage.base import run
-from awa_django.storage.status import storage_status
+from awa_django.storage.status import capacity_status, storage_status
 
 
 def _milliseconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
+
+
+def _rate(value: list[float] | None) -> str:
+    return "-" if value is None else f"{value[0]:g}/s burst {value[1]}"
+
+
+def _overrides(row: dict[str, Any]) -> str:
+    shown = [f"{key}={json.dumps(value)}" for key, value in sorted(row["overrides"].items())]
+    shown += [f"{key} ignored" for key in sorted(row["invalid_overrides"])]
+    return " ".join(shown) or "-"
 
 
 class Command(BaseCommand):
@@ -26,7 +39,9 @@ class Command(BaseCommand):
         sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
         about = (
             "Ring cursors and last rotate/prune outcomes, rows per slot, the maintenance "
-            "leader, deferred backlog, open receipts, dead tuples and schema size."
+            "leader, deferred backlog, open receipts, dead tuples and schema size; the "
+            "capacity of each queue (reserved permits, cap, weight, claimers, live overrides) "
+            "as this process's settings and the stored overrides give it."
         )
         status = sub.add_parser("status", help=about, description=about)
         status.add_argument(
@@ -40,6 +55,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         out = Output.of(self.stdout, options)
         report = run(storage_status(), options["database"])
+        report["capacity"] = run(capacity_status(awa_settings()), options["database"])
         if options["json"]:
             out.json(report)
             return
@@ -80,6 +96,7 @@ class Command(BaseCommand):
             f"Open receipts: {report['open_receipts']}  Runtimes: {report['runtimes']}  "
             f"DLQ: {report['dlq']}"
         )
+        self._capacity(out, report["capacity"])
         out.table(
             "Hot tables (all partitions)",
             ["table", *(Column(c, "right") for c in ("live", "dead", "updates", "deletes"))],
@@ -92,3 +109,40 @@ class Command(BaseCommand):
             f"Dead tuples in schema awa: {report['dead_tuples']}   "
             f"Schema size: {report['schema_bytes'] / 1024 / 1024:.1f} MiB"
         )
+
+    @staticmethod
+    def _capacity(out: Output, capacity: dict[str, Any]) -> None:
+        weighted = capacity["mode"] == "weighted"
+        if weighted:
+            title = (
+                f"Queue capacity: weighted, GLOBAL_MAX_WORKERS {capacity['global_max_workers']} "
+                f"per worker process ({capacity['overflow']} beyond the floors)"
+            )
+        else:
+            title = "Queue capacity: hard-reserved (each queue owns its max_workers)"
+        columns: list[str | Column] = [
+            "queue",
+            Column("reserved", "right"),
+            Column("max", "right"),
+        ]
+        if weighted:
+            columns += [Column("weight", "right"), Column("saturated", "right")]
+        columns += [
+            Column("claimers", "right"),
+            Column("batch", "right"),
+            "rate limit",
+            "overrides",
+        ]
+        rows = []
+        for row in capacity["queues"]:
+            cells = [row["queue"], row["reserved"], row["max_workers"]]
+            if weighted:
+                cells += [row["weight"], row["saturated"] if row["configured"] else "-"]
+            cells += [
+                row["claimers"],
+                row["claim_batch_size"],
+                _rate(row["rate_limit"]),
+                _overrides(row),
+            ]
+            rows.append(cells)
+        out.table(title, columns, rows, empty="Queue capacity: no queues declared")

@@ -19,7 +19,14 @@ RETURNING queue
 SELECT awa.drain_queue(%(queue)s, %(reason)s)
 
 -- name: queue_meta
-SELECT queue, paused_at FROM awa.queue_meta
+SELECT queue, paused_at, enqueue_shards FROM awa.queue_meta
+
+-- name: set_enqueue_shards
+-- Returns the previous count.
+WITH old AS (SELECT m.enqueue_shards FROM awa.queue_meta m WHERE m.queue = %(queue)s)
+INSERT INTO awa.queue_meta AS m (queue, enqueue_shards) VALUES (%(queue)s, %(shards)s)
+ON CONFLICT (queue) DO UPDATE SET enqueue_shards = EXCLUDED.enqueue_shards, updated_at = now()
+RETURNING COALESCE((SELECT enqueue_shards FROM old), 1)
 
 -- name: known_queues
 -- Every queue the database knows of: lanes, control rows, descriptors.

@@ -1,0 +1,112 @@
+"""Batch operations: change the priority or the queue of many jobs at once.
+
+The page lists recent operations with their progress (the maintenance
+leader applies them chunk by chunk; the page shows where it stands) and a
+cancel button for the ones still pending or running.  The form previews an
+operation first: the confirmation page says how many jobs it would change
+now, and only "Yes, submit" records it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse, QueryDict
+
+from .. import ops
+from ..exceptions import InvalidJob
+from ..records import BATCH_OP_JOB_STATES, BatchOperation, describe_batch_operation
+from .base import ConsoleAdmin
+
+#: Operations listed, newest first (finished ones are kept for
+#: ``BATCH_OP_RETENTION_DAYS``).
+PAGE_SIZE = 100
+OPERATIONS = {"set_priority": "Set priority", "move_queue": "Move to another queue"}
+ACTIVE_STATES = ("pending", "running")
+#: The form's fields, carried through the confirmation page.
+FORM_FIELDS = ("op_kind", "queue", "kind", "tag", "priority", "to_queue")
+
+
+def request_from(post: QueryDict) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """The operation, filter and spec a submitted form asks for (checked by ``ops``)."""
+    values = {name: post.get(name, "").strip() for name in FORM_FIELDS}
+    filter_: dict[str, Any] = {"state": post.getlist("state")}
+    for name in ("queue", "kind", "tag"):
+        if values[name]:
+            filter_[name] = values[name]
+    spec: dict[str, Any] = {}
+    if values["priority"]:
+        if not values["priority"].isdigit():
+            raise InvalidJob(f"invalid priority {values['priority']!r}: must be 1 to 4")
+        spec["priority"] = int(values["priority"])
+    if values["op_kind"] == "move_queue":
+        spec["queue"] = values["to_queue"] or None
+    return values["op_kind"], filter_, spec
+
+
+def progress_percent(op: BatchOperation) -> int:
+    return round(100 * op.progress)
+
+
+class BatchOperationAdmin(ConsoleAdmin):
+    list_template = "batches.html"
+    object_actions = {"cancel": "Cancel"}
+
+    def list_context(self, request: HttpRequest) -> dict[str, Any]:
+        operations = ops.list_batch_operations(limit=PAGE_SIZE)
+        return {
+            "title": "Batch operations",
+            "rows": [(op, progress_percent(op), op.state in ACTIVE_STATES) for op in operations],
+            "operations": list(OPERATIONS.items()),
+            "job_states": BATCH_OP_JOB_STATES,
+            "priorities": (1, 2, 3, 4),
+            "queues": [q.name for q in ops.list_queues()] if self.may_act(request) else [],
+            "here": request.get_full_path(),
+        }
+
+    # --- actions -------------------------------------------------------------
+
+    def bulk_action(self, request: HttpRequest) -> HttpResponse:
+        """The form: a preview with the count first, then the submission."""
+        back = self.url("changelist")
+        try:
+            op_kind, filter_, spec = request_from(request.POST)
+            if "confirm" in request.POST:
+                op = ops.submit_batch_operation(op_kind, filter_, spec)
+                messages.success(
+                    request,
+                    f"batch operation #{op.id} submitted ({op.summary}): {op.total} "
+                    f"job{'s' if op.total != 1 else ''} match; the maintenance leader applies it",
+                )
+                return self.back(request, back)
+            count = ops.preview_batch_operation(op_kind, filter_, spec)
+        except InvalidJob as exc:
+            messages.error(request, f"refused: {exc}")
+            return self.back(request, back)
+        hidden = [(name, request.POST.get(name, "").strip()) for name in FORM_FIELDS]
+        hidden += [("state", state) for state in filter_["state"]]
+        return self.render(
+            request,
+            "confirm.html",
+            {
+                "title": f"{OPERATIONS[op_kind]}: {count} job{'s' if count != 1 else ''}?",
+                "crumb": "New operation",
+                "question": f"{describe_batch_operation(op_kind, filter_, spec)}: "
+                f"{count} job{'s' if count != 1 else ''} match now. The maintenance leader "
+                "changes them chunk by chunk; jobs that start running meanwhile are left "
+                "alone, and jobs enqueued from now on are not touched.",
+                "items": [],
+                "hidden": hidden,
+                "next": request.POST.get("next", ""),
+                "post_url": self.url("action"),
+                "verb": "Submit",
+            },
+        )
+
+    def act_cancel(self, request: HttpRequest, object_id: str) -> str:
+        if not object_id.isdigit():
+            raise InvalidJob(f"batch operation id must be an integer, got {object_id!r}")
+        if ops.cancel_batch_operation(int(object_id)):
+            return f"batch operation #{object_id} cancelled"
+        return f"batch operation #{object_id} had finished already"

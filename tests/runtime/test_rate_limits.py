@@ -1,0 +1,57 @@
+"""Rate limits hold: per process, and across a fleet of worker processes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from testapp.jobs import record
+from testapp.models import Execution
+
+from awa_django import InvalidJob, ops
+from awa_django.conf import parse_settings
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+RATE = 20.0  # jobs per second
+JOBS = 60
+
+
+def observed_rate(queue: str) -> float:
+    """Jobs per second between the first and the last start (the burst is 1)."""
+    labels = [f"{queue}-{n}" for n in range(JOBS)]
+    starts = sorted(Execution.objects.filter(label__in=labels).values_list("created_at", flat=True))
+    assert len(starts) == JOBS
+    return (JOBS - 1) / (starts[-1] - starts[0]).total_seconds()
+
+
+def run_workers(start_worker, queue: str, scope: str, processes: int) -> float:
+    for n in range(JOBS):
+        record.using(queue=queue).enqueue(f"{queue}-{n}")
+    policy = {"max_workers": 4, "rate_limit": [RATE, 1], "rate_limit_scope": scope}
+    env = {"AWA_SETTINGS_JSON": json.dumps({"QUEUES": {queue: policy}})}
+    workers = [
+        start_worker("--queue", queue, "--burst", "--no-maintenance", env=env)
+        for _ in range(processes)
+    ]
+    for worker in workers:
+        assert worker.wait(timeout=120) == 0, worker.output()
+    assert ops.queue_counts(queue)["completed"] == JOBS
+    return observed_rate(queue)
+
+
+def test_a_process_rate_limit_bounds_one_worker(queue, start_worker, reset_awa):
+    rate = run_workers(start_worker, queue, "process", 1)
+    assert RATE * 0.8 <= rate <= RATE * 1.2, rate
+
+
+def test_a_fleet_rate_limit_bounds_two_workers_together(queue, start_worker, reset_awa):
+    rate = run_workers(start_worker, queue, "fleet", 2)
+    assert RATE * 0.8 <= rate <= RATE * 1.2, rate
+
+
+def test_the_scope_is_validated():
+    _, problems = parse_settings({"QUEUES": {"q": {"rate_limit_scope": "cluster"}}})
+    assert [p.message for p in problems] == ['expected "process" or "fleet", got \'cluster\'']
+    with pytest.raises(InvalidJob):
+        ops.set_queue_override("q", rate_limit_scope="fleet")  # not a live-tunable key
