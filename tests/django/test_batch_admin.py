@@ -6,14 +6,14 @@ from __future__ import annotations
 import html
 
 import pytest
-from django.contrib.auth.models import Permission, User
-from django.test import Client, override_settings
+from django.test import override_settings
 from django.urls import reverse
 
 from awa_django import ops
 from awa_django.models import BatchOperation, ReadOnlyModelError
 from awa_django.storage import batch_ops as batch_store
 from awa_django.storage.base import run
+from tests.django.conftest import console_user
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
@@ -24,24 +24,6 @@ ACTION = "admin:awa_django_batchoperation_action"
 
 def cancel_url(op_id: object) -> str:
     return reverse("admin:awa_django_batchoperation_object_action", args=[op_id, "cancel"])
-
-
-def user(name: str, *perms: str, staff: bool = True) -> Client:
-    account = User.objects.create_user(name, password="pw", is_staff=staff)
-    for codename in perms:
-        account.user_permissions.add(
-            Permission.objects.get(content_type__app_label="awa_django", codename=codename)
-        )
-    client = Client()
-    client.force_login(account)
-    return client
-
-
-@pytest.fixture
-def superuser() -> Client:
-    client = Client()
-    client.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
-    return client
 
 
 def jobs(queue: str, n: int) -> None:
@@ -77,8 +59,8 @@ def test_the_page_lists_operations_with_their_progress(superuser, queue):
 
 
 def test_pages_are_refused_without_staff_or_permissions(queue):
-    assert user("outsider", staff=False).get(reverse(LIST)).status_code == 302  # to login
-    staff = user("staff")
+    assert console_user("outsider", staff=False).get(reverse(LIST)).status_code == 302  # to login
+    staff = console_user("staff")
     assert staff.get(reverse(LIST)).status_code == 403
     assert staff.post(reverse(ACTION), form(queue, priority="1")).status_code == 403
 
@@ -86,7 +68,7 @@ def test_pages_are_refused_without_staff_or_permissions(queue):
 def test_view_permission_shows_the_list_without_the_form_or_actions(queue):
     jobs(queue, 2)
     op = submitted(queue)
-    viewer = user("viewer", "view_batchoperation")
+    viewer = console_user("viewer", "view_batchoperation")
     body = viewer.get(reverse(LIST)).content.decode()
     assert str(op.id) in body and "awa-batch-form" not in body and cancel_url(op.id) not in body
     assert viewer.post(reverse(ACTION), form(queue, priority="1")).status_code == 403
@@ -97,7 +79,7 @@ def test_view_permission_shows_the_list_without_the_form_or_actions(queue):
 
 def test_preview_shows_the_count_and_only_the_confirmation_submits(queue):
     jobs(queue, 3)
-    operator = user("operator", "view_batchoperation", "change_batchoperation")
+    operator = console_user("operator", "view_batchoperation", "change_batchoperation")
     preview = operator.post(reverse(ACTION), form(queue, priority="1"))
     assert preview.status_code == 200
     body = text(preview)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from django.contrib.auth.models import Permission, User
 from django.db import connection
-from django.test import Client, override_settings
+from django.test import override_settings
 from django.urls import reverse
 
 from awa_django import ops
@@ -15,6 +14,7 @@ from awa_django.cron import CronSchedule, PeriodicJob, schedules, sync_operation
 from awa_django.models import Job, ReadOnlyModelError
 from awa_django.storage import SyncRunner
 from tests.conftest import run_burst
+from tests.django.conftest import console_user
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
@@ -48,24 +48,6 @@ def pages(queue: str, job_id: int) -> list[str]:
     ]
 
 
-def user(name: str, *, staff: bool = True, perms: tuple[str, ...] = ()) -> Client:
-    account = User.objects.create_user(name, password="pw", is_staff=staff)
-    for codename in perms:
-        account.user_permissions.add(
-            Permission.objects.get(content_type__app_label="awa_django", codename=codename)
-        )
-    client = Client()
-    client.force_login(account)
-    return client
-
-
-@pytest.fixture
-def superuser() -> Client:
-    client = Client()
-    client.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
-    return client
-
-
 def test_every_page_renders_for_a_superuser(superuser, queue):
     job = JobFactory.create(queue=queue)
     for url in pages(queue, job.id):
@@ -78,8 +60,8 @@ def test_every_page_renders_for_a_superuser(superuser, queue):
 
 def test_pages_are_refused_without_staff_or_permissions(queue):
     job = JobFactory.create(queue=queue)
-    outsider = user("outsider", staff=False)
-    staff = user("staff")
+    outsider = console_user("outsider", staff=False)
+    staff = console_user("staff")
     for url in pages(queue, job.id):
         assert outsider.get(url).status_code == 302, url  # to the login page
         assert staff.get(url).status_code == 403, url
@@ -87,7 +69,7 @@ def test_pages_are_refused_without_staff_or_permissions(queue):
 
 def test_view_permission_shows_pages_without_actions(queue):
     job = JobFactory.create(queue=queue)
-    viewer = user("viewer", perms=tuple(f"view_{m}" for m in MODELS))
+    viewer = console_user("viewer", *(f"view_{m}" for m in MODELS))
     page = viewer.get(changelist("job") + f"?queue={queue}")
     assert page.status_code == 200
     body = page.content.decode()
