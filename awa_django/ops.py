@@ -44,10 +44,15 @@ from .storage import runtimes as runtime_store
 from .storage.base import run
 
 
-def _check_id(job_id: object) -> int:
+def _check_id(job_id: object, what: str = "job id") -> int:
     if not isinstance(job_id, int) or isinstance(job_id, bool):
-        raise InvalidJob(f"job id must be an integer, got {job_id!r}")
+        raise InvalidJob(f"{what} must be an integer, got {job_id!r}")
     return job_id
+
+
+def _check_state(state: str | None) -> None:
+    if state is not None and state not in JOB_STATES:
+        raise InvalidJob(f"unknown state {state!r}; states: {', '.join(JOB_STATES)}")
 
 
 def get_job(job_id: int, *, database: str | None = None) -> JobInfo | None:
@@ -66,8 +71,7 @@ def list_jobs(
     """Jobs matching every given filter, oldest id first, at most ``limit``."""
     if queue is not None:
         check_queue(queue)
-    if state is not None and state not in JOB_STATES:
-        raise InvalidJob(f"unknown state {state!r}; states: {', '.join(JOB_STATES)}")
+    _check_state(state)
     return run(
         job_store.list_jobs(queue=queue, state=state, kind=kind, limit=_check_limit(limit)),
         database,
@@ -96,8 +100,7 @@ def browse_jobs(
     the history: at most ``scan`` ids are searched (see :class:`~awa_django.records.JobPage`)."""
     if queue is not None:
         check_queue(queue)
-    if state is not None and state not in JOB_STATES:
-        raise InvalidJob(f"unknown state {state!r}; states: {', '.join(JOB_STATES)}")
+    _check_state(state)
     if priority is not None:
         check_priority(priority)
     if before is not None:
@@ -700,12 +703,6 @@ def _batch_request(
     return op_kind, chosen, values
 
 
-def _check_operation_id(op_id: object) -> int:
-    if not isinstance(op_id, int) or isinstance(op_id, bool):
-        raise InvalidJob(f"batch operation id must be an integer, got {op_id!r}")
-    return op_id
-
-
 def preview_batch_operation(
     op_kind: str, filter: Mapping[str, Any], spec: Mapping[str, Any], *, database: str | None = None
 ) -> int:
@@ -743,7 +740,7 @@ def submit_batch_operation(
 
 def get_batch_operation(op_id: int, *, database: str | None = None) -> BatchOperation | None:
     """The batch operation with this id (with its progress), or None."""
-    return run(batch_store.get(_check_operation_id(op_id)), database)
+    return run(batch_store.get(_check_id(op_id, "batch operation id")), database)
 
 
 def list_batch_operations(*, limit: int = 100, database: str | None = None) -> list[BatchOperation]:
@@ -761,7 +758,7 @@ def cancel_batch_operation(op_id: int, *, database: str | None = None) -> bool:
     An operation that finished already is left as it is and False is
     returned.  Unknown ids raise ``JobNotFound``.
     """
-    cancelled = run(batch_store.cancel(_check_operation_id(op_id)), database)
+    cancelled = run(batch_store.cancel(_check_id(op_id, "batch operation id")), database)
     if cancelled is None:
         raise JobNotFound(f"no batch operation with id {op_id}")
     return cancelled

@@ -65,7 +65,7 @@ class DeadLetterAdmin(ConsoleAdmin):
             return self.back(request, back)
         queue = request.POST.get("queue", "").strip() or None
         kind = request.POST.get("kind", "").strip() or None
-        ids = sorted({int(v) for v in request.POST.getlist("_selected_action") if v.isdigit()})
+        ids = self.selected_ids(request)
         everything = action.endswith("_all")
         if not everything and not ids:
             messages.warning(request, "select at least one entry")

@@ -235,7 +235,7 @@ class JobAdmin(ConsoleAdmin):
         if action not in BULK_ACTIONS:
             messages.error(request, "choose an action")
             return self.back(request, self.url("changelist"))
-        ids = sorted({int(v) for v in request.POST.getlist("_selected_action") if v.isdigit()})
+        ids = self.selected_ids(request)
         if not ids:
             messages.warning(request, "select at least one job")
             return self.back(request, self.url("changelist"))
