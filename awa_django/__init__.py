@@ -46,6 +46,7 @@ def enqueue_many(
     batch (nothing is written), or with ``on_conflict="skip"`` are left out,
     ``None`` in their places.
     """
+    from .observability.hooks import observers
     from .storage.base import run
     from .storage.connection import alias_for
     from .storage.enqueue import ON_CONFLICT
@@ -66,7 +67,13 @@ def enqueue_many(
         raise InvalidJob(f"enqueue_many got jobs for several databases: {sorted(aliases)}")
     if not prepared:
         return []
-    return run(write_many(prepared, on_conflict), aliases.pop())
+    if not observers.active:
+        return run(write_many(prepared, on_conflict), aliases.pop())
+    queues = {item.queue for item in prepared}
+    with observers.enqueue_scope(queues.pop() if len(queues) == 1 else "", len(prepared)):
+        ids = run(write_many(prepared, on_conflict), aliases.pop())
+    observers.enqueued(prepared, ids)
+    return ids
 
 
 __all__ = [

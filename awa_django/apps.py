@@ -14,6 +14,9 @@ class AwaDjangoConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks  # noqa: F401  (registers the system checks)
+        from .observability.install import install
+
+        install()  # log lines, signals and (with the otel extra) telemetry
 
         # Every installed app's ``jobs`` module registers its @job kinds, so
         # workers know every kind without extra configuration.

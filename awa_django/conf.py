@@ -114,6 +114,10 @@ class AwaSettings:
     completion_batch_size: int = 512
     completion_flush_interval: float = 0.001
     batch_op_retention_days: int = 90
+    telemetry: bool | str = "auto"
+    trace_capture: bool = True
+    log_payloads: bool = False
+    health_addr: str | None = None
 
     def queue(self, name: str) -> QueueConfig:
         """Policy of a queue; queues not declared in ``QUEUES`` get the defaults."""
@@ -199,6 +203,22 @@ def _bool(value: Any) -> bool:
     if not isinstance(value, bool):
         raise _InvalidError(f"expected True or False, got {value!r}")
     return value
+
+
+def _telemetry(value: Any) -> bool | str:
+    if isinstance(value, bool):
+        return value
+    if value == "auto":
+        return "auto"
+    raise _InvalidError(f'expected "auto", True or False, got {value!r}')
+
+
+def _host_port(value: Any) -> str:
+    if isinstance(value, str):
+        host, sep, port = value.rpartition(":")
+        if sep and host and port.isdigit() and int(port) <= 65535:
+            return value
+    raise _InvalidError(f'expected "HOST:PORT" (port 0 for any free one), got {value!r}')
 
 
 def _optional(parser: _Parser) -> _Parser:
@@ -302,6 +322,10 @@ _TOP_KEYS: dict[str, _Parser] = {
     "COMPLETION_BATCH_SIZE": _bounded(1, 10_000),
     "COMPLETION_FLUSH_INTERVAL": _SECONDS,
     "BATCH_OP_RETENTION_DAYS": _bounded(1),
+    "TELEMETRY": _Parser(_telemetry, '"auto", True or False'),
+    "TRACE_CAPTURE": _BOOL,
+    "LOG_PAYLOADS": _BOOL,
+    "HEALTH_ADDR": _optional(_Parser(_host_port, '"HOST:PORT"')),
 }
 # Keys holding a dict, parsed by their own functions below.
 _STRUCTURED_ACCEPTS: Mapping[str, str] = {
@@ -558,6 +582,16 @@ SETTING_DESCRIPTIONS: Mapping[str, str] = {
     "the worker writes it.",
     "BATCH_OP_RETENTION_DAYS": "Days the leader's cleanup keeps the records of finished "
     "(completed, cancelled, failed) batch operations.",
+    "TELEMETRY": 'OpenTelemetry metrics and spans: ``"auto"`` records them when the '
+    "``otel`` extra (opentelemetry-api) is installed, ``False`` never imports it, ``True`` "
+    "requires it (a system check errors without it).",
+    "TRACE_CAPTURE": "Store the producer's W3C ``traceparent`` in a new job's metadata "
+    "(``awa:traceparent``) so that its execution continues the trace. An explicit "
+    '``metadata["awa:traceparent"]`` always wins.',
+    "LOG_PAYLOADS": "Add a job's args and kwargs to its log lines (off: they may hold "
+    "personal data).",
+    "HEALTH_ADDR": "``HOST:PORT`` where ``awa_worker`` serves ``/healthz``, ``/readyz`` and "
+    "``/metrics``; ``awa_worker --health-addr`` overrides it. ``None``: no listener.",
 }
 
 QUEUE_OPTION_DESCRIPTIONS: Mapping[str, str] = {

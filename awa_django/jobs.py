@@ -41,6 +41,7 @@ from .conf import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, awa_set
 from .context import JobContext
 from .descriptors import Descriptor, first_line
 from .exceptions import InvalidJob
+from .observability.hooks import observers
 from .payload import (
     check_kind,
     check_max_attempts,
@@ -52,6 +53,7 @@ from .payload import (
     check_tags,
     encode_arguments,
     seconds,
+    with_traceparent,
 )
 from .records import EnqueuedJob, PreparedJob
 from .unique import Unique
@@ -219,6 +221,9 @@ class JobCall(Generic[P, R]):
             run_at = clock.now() + dt.timedelta(seconds=self._run_in)
         self.job.check_arguments(args, kwargs)
         args_json, kwargs_json = encode_arguments(args, kwargs, awa_settings().max_payload_bytes)
+        metadata_json = self._metadata_json
+        if observers.active:
+            metadata_json = with_traceparent(metadata_json, observers.traceparent())
         return PreparedJob(
             self.job.kind,
             self._queue,
@@ -226,7 +231,7 @@ class JobCall(Generic[P, R]):
             self._max_attempts,
             args_json,
             kwargs_json,
-            self._metadata_json,
+            metadata_json,
             self._tags,
             run_at,
             self._ordering_key,
@@ -247,8 +252,15 @@ class JobCall(Generic[P, R]):
         from .storage import enqueue as storage_enqueue
         from .storage.base import run
 
-        prepared = self.prepare(*args, **kwargs)
-        ref: EnqueuedJob = run(storage_enqueue.enqueue_one(prepared), prepared.database)
+        if not observers.active:
+            prepared = self.prepare(*args, **kwargs)
+            ref: EnqueuedJob = run(storage_enqueue.enqueue_one(prepared), prepared.database)
+            return ref
+        # Prepared inside the scope, so a job's traceparent is its send span's.
+        with observers.enqueue_scope(self._queue, 1):
+            prepared = self.prepare(*args, **kwargs)
+            ref = run(storage_enqueue.enqueue_one(prepared), prepared.database)
+        observers.enqueued([prepared], [ref.id])
         return ref
 
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueuedJob:

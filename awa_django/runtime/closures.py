@@ -70,6 +70,18 @@ def error_entry(
     }
 
 
+def last_error(closure: Closure) -> str | None:
+    """``"type: message"`` of the attempt's error (the last of the closure's
+    history), or None when the closure records none."""
+    if not closure.errors:
+        return None
+    history = json.loads(closure.errors)
+    if not history:
+        return None
+    entry = history[-1]
+    return f"{entry.get('type', 'error')}: {entry.get('message', '')}"
+
+
 def _history(job: ClaimedJob, entry: dict[str, Any]) -> str:
     return json.dumps([*job.errors, entry], default=str)
 

@@ -46,6 +46,7 @@ from datetime import UTC, datetime
 
 from ..conf import RateLimit
 from ..context import JobContext
+from ..observability.hooks import observers
 from ..records import ClaimedJob
 from ..storage import AsyncRunner
 from ..storage import rate as rate_store
@@ -314,6 +315,7 @@ class Dispatcher:
                 return []
             # Reserved before the statement: the other loops see them taken.
             bucket.take(wanted)
+        began = time.perf_counter()
         try:
             queue = self.policy.queue
             jobs = await self._run(
@@ -330,6 +332,8 @@ class Dispatcher:
             if bucket is not None:
                 bucket.refund(wanted)
             raise
+        if observers.active:
+            observers.claimed(self.policy.name, wanted, len(jobs), time.perf_counter() - began)
         self._count_claim(loop, len(jobs))
         self.permits.release(wanted - len(jobs))
         if bucket is not None:
@@ -408,21 +412,18 @@ class Dispatcher:
             await self._wait(asyncio.sleep(self.backoff.delay()))
 
     async def _run_job(self, job: ClaimedJob, ctx: JobContext, batch: ClaimBatch) -> None:
+        began = time.perf_counter()
         try:
             closure = await self._executor.run(
                 job, ctx, dlq=self.policy.dlq, long_running=self.policy.queue.long_running
             )
             if closure is None:
+                if observers.active:
+                    observers.parked(job)
                 return  # parked: the lease holds the attempt, the slot is free
             applied = await self._completer.submit(closure)
-            if applied and log.isEnabledFor(logging.DEBUG):
-                log.debug(
-                    "job %s (%s) attempt %s -> %s",
-                    job.job_id,
-                    job.kind,
-                    job.attempt,
-                    closure.outcome,
-                )
+            if observers.active:
+                observers.closed(job, closure, applied, time.perf_counter() - began)
         except asyncio.CancelledError:
             pass
         except Exception:

@@ -23,6 +23,7 @@ from django.db import close_old_connections
 from ..context import JobContext
 from ..exceptions import InvalidJob
 from ..jobs import Job, registry
+from ..observability.hooks import observers
 from ..outcomes import Cancel, WaitForCallback
 from ..records import COMPLETED, ClaimedJob, Closure
 from .closures import cancelled, completed, error_entry, failed, not_parked, raised
@@ -94,7 +95,11 @@ class Executor:
         log.debug("job %s (%s) attempt %s starting", job.job_id, job.kind, job.attempt)
         try:
             if definition.is_async:
-                value = await self._call(definition, ctx, job)
+                if observers.scoped:
+                    with observers.attempt_scope(job):
+                        value = await self._call(definition, ctx, job)
+                else:
+                    value = await self._call(definition, ctx, job)
             else:
                 value = await self._threads.submit(_call_sync, definition, ctx, job)
         except asyncio.CancelledError:
@@ -162,6 +167,11 @@ def call_handler(definition: Job[..., Any], ctx: JobContext, job: ClaimedJob) ->
 def _call_sync(definition: Job[..., Any], ctx: JobContext, job: ClaimedJob) -> Any:
     close_old_connections()
     try:
+        if observers.scoped:
+            # Entered on the handler's thread: a span becomes the ambient
+            # context of the handler's own spans there.
+            with observers.attempt_scope(job):
+                return call_handler(definition, ctx, job)
         return call_handler(definition, ctx, job)
     finally:
         close_old_connections()

@@ -37,6 +37,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from .. import cron
+from ..observability.hooks import observers
 from ..storage import AsyncRunner, descriptors
 from ..storage import batch_ops as batch_store
 from ..storage import maintenance as store
@@ -118,6 +119,8 @@ class Rescuer(PeriodicService[int]):
             await asyncio.sleep(RESCUE_PAUSE)
         if total:
             log.warning("rescued %s attempts (%s)", total, self.reason)
+            if observers.active:
+                observers.rescued(self.reason, total)
         return total
 
 
@@ -323,6 +326,8 @@ class Maintenance:
 
     async def _term(self, leading: bool) -> None:
         """A term starts (fresh pool and tasks; rings sized first) or ends."""
+        if observers.active:
+            observers.runtime("leader" if leading else "follower")
         if leading:
             # A closed psycopg pool cannot be reopened: one pool per term.
             self.pool = self._pool()

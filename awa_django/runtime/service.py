@@ -17,10 +17,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any, Generic, Protocol, TypeVar
 
 import psycopg
 
+from ..observability.hooks import observers
 from .config import PeriodicConfig
 
 log = logging.getLogger("awa_django.worker")
@@ -75,6 +77,8 @@ class PeriodicService(Generic[R]):
         self.last: R | None = None
         self.runs = 0
         self.failures = 0
+        #: ``time.monotonic()`` of the last tick that succeeded (the health probes read it).
+        self.succeeded_at: float | None = None
         self._task: asyncio.Task[None] | None = None
 
     async def run_once(self) -> R:
@@ -94,6 +98,7 @@ class PeriodicService(Generic[R]):
 
     async def tick(self) -> R | None:
         """One guarded ``run_once()``: failures are logged and counted, not raised."""
+        began = time.perf_counter()
         try:
             self.last = await self.run_once()
         except asyncio.CancelledError:
@@ -108,6 +113,9 @@ class PeriodicService(Generic[R]):
             log.warning("%s failed: %s", self.name, exc, exc_info=log.isEnabledFor(logging.DEBUG))
             return None
         self.runs += 1
+        self.succeeded_at = time.monotonic()
+        if observers.active:
+            observers.maintained(self.name, self.last, time.perf_counter() - began)
         return self.last
 
     async def _loop(self) -> None:

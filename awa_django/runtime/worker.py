@@ -45,6 +45,7 @@ from psycopg_pool import AsyncConnectionPool
 from ..conf import unimplemented_settings
 from ..context import JobContext
 from ..cron import sync_declared
+from ..observability.hooks import observers
 from ..records import ClaimedJob
 from ..storage import AsyncRunner
 from ..storage.attempts import queues_have_work
@@ -66,6 +67,8 @@ from .service import Service
 log = logging.getLogger("awa_django.worker")
 
 BURST_CHECK_INTERVAL = 0.2
+# How long a stopping worker waits for signals and telemetry still buffered.
+OBSERVER_FLUSH_TIMEOUT = 5.0
 
 
 class Worker:
@@ -147,6 +150,8 @@ class Worker:
         if not self.stopping.is_set():
             log.info("worker %s stopping", self.config.runtime_id)
             self.stopping.set()
+            if observers.active:
+                observers.runtime("stopping")
 
     def _inflight_contexts(self) -> Iterator[tuple[ClaimedJob, JobContext]]:
         for dispatcher in self.dispatchers:
@@ -201,6 +206,8 @@ class Worker:
                 self.config.runtime_id,
                 ", ".join(self.config.queue_names),
             )
+            if observers.active:
+                observers.runtime("started")
             if self.config.burst:
                 await self._until_drained()
             else:
@@ -217,6 +224,9 @@ class Worker:
             await self.pool.close()
             self.executor.shutdown()
             await close_handler_connections()
+            if observers.active:
+                observers.runtime("stopped")
+                await asyncio.to_thread(observers.flush, OBSERVER_FLUSH_TIMEOUT)
             for signum in (signal.SIGTERM, signal.SIGINT):
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.remove_signal_handler(signum)
