@@ -1,6 +1,6 @@
 """Django signals for a job's life, sent by the process that saw the step.
 
-Each signal's ``sender`` is the job's :class:`~awa_django.Job` definition
+Each signal's ``sender`` is the job's ``@job`` definition
 (``None`` when the sending process does not know the kind), so a receiver
 can listen to one kind::
 
@@ -12,16 +12,16 @@ also ``attempt`` and ``run_lease``, and those sent after the attempt closed
 ``outcome`` (the closure label) and ``duration`` (seconds from the start of
 the handler until the outcome was durable).
 
-* :data:`job_enqueued` -- in the producer, after the write (in the
+* ``job_enqueued`` -- in the producer, after the write (in the
   caller's transaction: it may still roll back).
-* :data:`job_started` -- in the worker, on the handler's thread just before
+* ``job_started`` -- in the worker, on the handler's thread just before
   the handler runs (for an async handler, on the event loop: do not block).
-* :data:`job_completed`, :data:`job_retried`, :data:`job_failed` (terminal,
-  with ``error``), :data:`job_cancelled`, :data:`job_dlq` (failed into the
+* ``job_completed``, ``job_retried``, ``job_failed`` (terminal,
+  with ``error``), ``job_cancelled``, ``job_dlq`` (failed into the
   dead-letter queue, with ``error``) -- in the worker once the outcome is
   durable, on one delivery thread of their own, in order; receivers may use
   the ORM and never delay the worker's event loop.
-* :data:`jobs_rescued` -- in the maintenance leader, with ``reason``
+* ``jobs_rescued`` -- in the maintenance leader, with ``reason``
   (``stale_heartbeat``, ``deadline_expired``, ``callback_timeout``) and
   ``count``; ``sender`` is None.
 
