@@ -3,17 +3,20 @@
 ``manage.py check`` reports every problem in ``settings.AWA`` at once, each
 naming its key, and warns about settings that are accepted but have no
 effect yet.  ``manage.py check --database <alias>`` also verifies that the
-awa substrate is installed at the version this code needs.
+awa substrate is installed at the version this code needs, and
+``manage.py check --deploy --database <alias>`` runs the doctor
+(:mod:`awa_django.doctor`, tag ``awa``) on it.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from typing import Any
 
 from django.apps import AppConfig
 from django.conf import settings
-from django.core.checks import CheckMessage, Error, Tags, register
+from django.core.checks import CheckMessage, Error, Info, Tags, register
 from django.core.checks import Warning as CheckWarning
 from django.db import DatabaseError, connections
 from django.db.migrations.loader import MigrationLoader
@@ -60,6 +63,7 @@ def check_settings(
             )
         )
     messages.extend(_weighted_only(parsed))
+    messages.extend(_telemetry(parsed))
     database = settings.DATABASES.get(parsed.database)
     if database is None:
         messages.append(
@@ -96,6 +100,29 @@ def _weighted_only(parsed: AwaSettings) -> list[CheckMessage]:
         for option in ("min_workers", "weight")
         if getattr(queue, option) != getattr(default, option)
     ]
+
+
+def _telemetry(parsed: AwaSettings) -> list[CheckMessage]:
+    """E005: ``TELEMETRY`` is True but OpenTelemetry cannot be imported.
+
+    Only with True: ``"auto"`` means "when installed", and False must not
+    import it at all.
+    """
+    if parsed.telemetry is not True:
+        return []
+    try:
+        for module in ("opentelemetry.trace", "opentelemetry.metrics"):
+            importlib.import_module(module)
+    except ImportError as exc:
+        return [
+            Error(
+                f"AWA[TELEMETRY] is True but OpenTelemetry cannot be imported: {exc}",
+                hint="Install the otel extra (pip install 'awa-django[otel]'), or set "
+                'TELEMETRY to "auto" (record when installed) or False.',
+                id="awa_django.E005",
+            )
+        ]
+    return []
 
 
 def _pending_migrations(alias: str) -> int:
@@ -163,4 +190,40 @@ def check_substrate(
             f"{migrate} (the substrate SQL is idempotent).",
             id="awa_django.E003" if version is None else "awa_django.E004",
         )
+    ]
+
+
+# Doctor findings another check already reports: the substrate state
+# (check_substrate) and the heartbeat ratio (W003).
+_REPORTED_ELSEWHERE = {"awa.D000", "awa.D009"}
+_CHECK_LEVEL = {"error": Error, "warning": CheckWarning, "info": Info}
+
+
+@register("awa", Tags.database, deploy=True)
+def check_doctor(
+    app_configs: Sequence[AppConfig] | None = None,
+    databases: Sequence[str] | None = None,
+    **kwargs: Any,
+) -> list[CheckMessage]:
+    """The doctor's findings as check messages (``awa_django.D001`` ...).
+
+    A deploy check, so plain ``manage.py check`` and ``migrate`` never run
+    it, and it touches the database only when ``--database`` names the awa
+    alias.  Its NOTIFY round trip waits at most ``NOTIFY_TIMEOUT`` seconds.
+    """
+    parsed, errors = _parsed()
+    alias = parsed.database
+    if errors or not databases or alias not in databases:
+        return []
+    # Imported here: every manage.py command loads this module, few run the doctor.
+    from .doctor import diagnose
+
+    return [
+        _CHECK_LEVEL[finding.severity](
+            finding.title,
+            hint=finding.fix,
+            id=finding.code.replace("awa.", f"{APP_LABEL}.", 1),
+        )
+        for finding in diagnose(alias)
+        if finding.code not in _REPORTED_ELSEWHERE
     ]

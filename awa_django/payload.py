@@ -27,9 +27,15 @@ MAX_ATTEMPTS_LIMIT = 10_000
 
 def check_queue(queue: Any) -> str:
     if not isinstance(queue, str) or not QUEUE_NAME_RE.match(queue):
+        # '#' separates a queue from its stripe number (awa_django.stripes).
+        reserved = (
+            " ('#' is reserved for queue stripes)"
+            if isinstance(queue, str) and "#" in queue
+            else ""
+        )
         raise InvalidJob(
             f"invalid queue name {queue!r}: must match {QUEUE_NAME_RE.pattern} "
-            "(1-128 characters: letters, digits, '_', '.', ':', '-')"
+            f"(1-128 characters: letters, digits, '_', '.', ':', '-'){reserved}"
         )
     return queue
 
@@ -72,14 +78,23 @@ def check_run_at(run_at: Any) -> dt.datetime | None:
     return run_at
 
 
+#: The longest delay a job can be given (100 years): further out, a
+#: timestamp no longer fits datetime or PostgreSQL's timestamptz.
+MAX_DELAY_SECONDS = 100 * 365 * 86400
+
+
 def seconds(value: Any, field: str) -> float:
-    """A duration in seconds from an int/float or a timedelta."""
+    """A delay in seconds from an int/float or a timedelta, 0 to 100 years."""
     if isinstance(value, dt.timedelta):
         value = value.total_seconds()
     if not isinstance(value, int | float) or isinstance(value, bool) or value != value:  # NaN
         raise InvalidJob(f"{field} must be seconds (int/float) or a timedelta, got {value!r}")
     if value < 0:
         raise InvalidJob(f"{field} must not be negative, got {value}")
+    if value > MAX_DELAY_SECONDS:
+        raise InvalidJob(
+            f"{field} must be at most {MAX_DELAY_SECONDS} seconds (100 years), got {value}"
+        )
     return float(value)
 
 
@@ -106,11 +121,19 @@ def check_ordering_key(key: Any) -> str | None:
     raise InvalidJob(f"ordering_key must be str or bytes, got {type(key).__name__}")
 
 
+#: How deeply lists and dicts may nest in a job's JSON: deeper, the
+#: encoder (and PostgreSQL's JSON parser) would run out of stack.
+MAX_NESTING = 256
+
+
 def _check_keys(value: Any, path: str) -> None:
-    # Iterative walk: only dict keys need checking, json.dumps rejects the rest.
-    stack = [(value, path)]
+    # Iterative walk: only dict keys and the nesting depth need checking,
+    # json.dumps rejects the rest.
+    stack = [(value, path, 1)]
     while stack:
-        item, where = stack.pop()
+        item, where, depth = stack.pop()
+        if depth > MAX_NESTING and isinstance(item, dict | list | tuple):
+            raise InvalidJob(f"{path} nests lists and dicts deeper than {MAX_NESTING} levels")
         if isinstance(item, dict):
             for key, child in item.items():
                 if not isinstance(key, str):
@@ -119,11 +142,11 @@ def _check_keys(value: Any, path: str) -> None:
                         "must be strings"
                     )
                 if isinstance(child, dict | list | tuple):
-                    stack.append((child, f"{where}[{key!r}]"))
+                    stack.append((child, f"{where}[{key!r}]", depth + 1))
         elif isinstance(item, list | tuple):
             for index, child in enumerate(item):
                 if isinstance(child, dict | list | tuple):
-                    stack.append((child, f"{where}[{index}]"))
+                    stack.append((child, f"{where}[{index}]", depth + 1))
 
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
