@@ -14,7 +14,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell echo '$(DJANGO)' | md5sum | cut -c1-8)
 
-.PHONY: demo test lint typecheck docs package clean
+.PHONY: demo test lint typecheck docs package soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,15 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) scripts/with_database.py $(PY) -m pytest $(PYTEST_ARGS)
+
+# The chaos scenarios (tests/reliability/test_chaos.py) round after round for
+# DURATION seconds, with longer faults (FAULT_SECONDS); the report goes to
+# bench/results/soak-<timestamp>.md and .json.  `make test` runs the bounded
+# version.  They run on throwaway clusters: no DATABASE_URL needed.
+DURATION ?= 1800
+FAULT_SECONDS ?= 30
+soak: $(STAMP)
+	$(PY) -m tests.reliability.soak --duration $(DURATION) --fault-seconds $(FAULT_SECONDS)
 
 # Runs both checks and fails if either does.
 lint: $(STAMP)

@@ -496,7 +496,6 @@ def _reload(*, setting: str, **kwargs: Any) -> None:
 # --- accepted but not implemented yet: one entry per key, delete it when the feature lands
 
 NOT_IMPLEMENTED: Mapping[str, str] = {
-    "QUEUE_STRIPE_COUNT": "each queue is stored as a single stripe",
     "TERMINAL_COUNT_ROLLUP_INTERVAL": "terminal counts are folded in when a slot is pruned",
 }
 NOT_IMPLEMENTED_QUEUE_OPTIONS: Mapping[str, str] = {}
@@ -561,7 +560,12 @@ SETTING_DESCRIPTIONS: Mapping[str, str] = {
     "term starts; a ring never shrinks.",
     "LEASE_SLOT_COUNT": "Partitions of the lease ring (grows like ``QUEUE_SLOT_COUNT``).",
     "CLAIM_SLOT_COUNT": "Partitions of the claim ring (grows like ``QUEUE_SLOT_COUNT``).",
-    "QUEUE_STRIPE_COUNT": "Stripes each queue's storage is split into.",
+    "QUEUE_STRIPE_COUNT": "Physical queues (stripes, ``name#0`` .. ``name#N-1``) every "
+    "logical queue is stored as, each with its own lanes and claim heads: more producers "
+    "and claimers of one hot queue work side by side, at the price of any order between "
+    "stripes (an ``ordering_key`` keeps its jobs on one stripe, in order). Invisible to "
+    "users: enqueue, workers, ``ops`` and the console name the logical queue. Every "
+    "process of the fleet must use the same value. 1: unstriped.",
     "QUEUE_ROTATE_INTERVAL": "How often the leader rotates the queue ring and tries to prune "
     "its oldest slot; times ``QUEUE_SLOT_COUNT`` it is how long terminal history lasts.",
     "LEASE_ROTATE_INTERVAL": "How often the leader rotates and prunes the lease ring.",
@@ -614,8 +618,9 @@ QUEUE_OPTION_DESCRIPTIONS: Mapping[str, str] = {
     "claim_batch_size": "Most jobs one claim statement takes (never more than the free permits).",
     "long_running": "Every attempt escalates to a lease when it starts: its progress and "
     "liveness are tracked per attempt (for jobs that run minutes or hours).",
-    "priority_aging_interval": "A lane whose oldest job has waited this long is claimed one "
-    "priority level more urgent per interval waited (never above 1). ``0``: no aging.",
+    "priority_aging_interval": "A job that has waited this long since its ``run_at`` is "
+    "claimed one priority level more urgent per interval waited (never above 1); jobs of one "
+    "lane keep their order. ``0``: no aging.",
     "descriptor": "Operator labels for the queue: ``display_name``, ``description``, "
     "``owner``, ``docs_url``, ``tags``, ``extra`` (JSON). Shown by the console and "
     "``awa_descriptors``; never used for dispatch.",

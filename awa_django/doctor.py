@@ -12,10 +12,11 @@ severity, the facts it saw and what to do about it.
 
 Severities.  ``error``: the queue is losing work, space or safety now (a
 transaction pinning the horizon for minutes, no maintenance leader while
-workers run, jobs waiting with no worker, prune unable to see other roles'
-snapshots while such sessions exist, more connections needed than the
-server allows).  ``warning``: it will, or it costs latency (polling instead
-of NOTIFY, dead tuples, stale runtime rows, little connection headroom).
+workers run, jobs waiting with no worker, prune refusing to truncate because
+its role cannot read other roles' transactions, more connections needed
+than the server allows).  ``warning``: it will, or it costs latency
+(polling instead of NOTIFY, dead tuples, stale runtime rows, little
+connection headroom).
 ``info``: worth knowing, nothing to fix.  ``manage.py awa_doctor`` exits
 with status 1 when there is an error; the ``awa`` deploy check
 (``manage.py check --deploy --database ALIAS``) reports the same findings
@@ -164,8 +165,9 @@ def diagnose(
     if waiting is not None and runtimes is not None:
         findings += _unserved_queues(waiting, runtimes, limits)
     visibility = doctor.run("role", probes.role_visibility())
+    horizon = doctor.run("prune horizon", maintenance_store.prune_horizon())
     if visibility is not None:
-        findings += _role(visibility)
+        findings += _role(visibility, horizon, rings or {})
     budget = doctor.run("connections", probes.connection_budget())
     if budget is not None:
         findings += doctor.guard(
@@ -558,31 +560,93 @@ def _unserved_queues(
     return found
 
 
-def _role(visibility: dict[str, Any]) -> list[Finding]:
-    """D007: prune's "older snapshot" gate is blind to sessions this role cannot read."""
+def _role(
+    visibility: dict[str, Any],
+    horizon: dict[str, Any] | None,
+    rings: dict[str, dict[str, Any]],
+) -> list[Finding]:
+    """D007: prune refuses to truncate for a role that cannot read the horizon.
+
+    Reported for the maintenance leader's role (it refuses now, or its last
+    prune of some ring was refused) and, failing that, for the role the
+    doctor runs as (a leader running as it would refuse).
+    """
+    refused = [
+        ring
+        for ring in maintenance_store.RINGS
+        if (rings.get(ring, {}).get("prune") or {}).get("outcome")
+        == maintenance_store.HORIZON_UNREADABLE
+    ]
+    leader = horizon["leader_role"] if horizon else None
+    leader_blind = leader is not None and horizon is not None and not horizon["leader_readable"]
+    evidence = {
+        **visibility,
+        "leader_role": leader,
+        "leader_reads_horizon": None if horizon is None else horizon["leader_readable"],
+        "refused_rings": refused,
+    }
+    why = (
+        "Before it truncates a ring slot, prune checks that no transaction older than the "
+        "slot still has a snapshot (pg_stat_activity.xact_start). For other roles' sessions "
+        "PostgreSQL shows that column as NULL unless the role is a superuser or may read all "
+        "statistics, so prune cannot tell; rather than truncate rows a report or an admin "
+        "page of another role may still be reading, it refuses (outcome "
+        "horizon_unreadable) and the rings stop reclaiming space."
+    )
+    if leader_blind or refused:
+        role = leader if leader_blind else "<the workers' role>"
+        who = (
+            f"the maintenance leader's role {leader!r}"
+            if leader_blind
+            else "the role the maintenance leader ran as"
+        )
+        return [
+            Finding(
+                "awa.D007",
+                "error",
+                f"prune refuses to truncate ring slots: {who} cannot read other sessions' "
+                f"transactions (no pg_read_all_stats)"
+                + (f"; refused on the {', '.join(refused)} ring(s)" if refused else ""),
+                evidence,
+                f"{why} As a superuser: GRANT pg_read_all_stats TO {role}; (manage.py "
+                "awa_roles grants it to the worker role).",
+            )
+        ]
     if visibility["superuser"] or visibility["pg_read_all_stats"]:
         return []
     hidden = visibility["hidden_sessions"]
     role = visibility["role"]
+    if leader is not None:
+        # The leader reads the horizon: only this report is blind.
+        return [
+            Finding(
+                "awa.D007",
+                "warning",
+                f"role {role!r} cannot read other roles' sessions (no pg_read_all_stats): the "
+                "doctor misses their transactions (D001); the leader's role "
+                f"{leader!r} reads them and prunes",
+                evidence,
+                f"Run the doctor as a role that may read all statistics (the worker role of "
+                f"manage.py awa_roles), or as a superuser: GRANT pg_read_all_stats TO {role};",
+            )
+        ]
     title = (
         f"role {role!r} cannot read the activity of {hidden} session(s) of other roles "
-        f"({', '.join(visibility['hidden_roles'])}): prune cannot see their transactions"
+        f"({', '.join(visibility['hidden_roles'])}): a maintenance leader running as it "
+        "refuses to prune"
         if hidden
-        else f"role {role!r} cannot read other roles' sessions (no pg_read_all_stats): prune "
-        "will not see their transactions"
+        else f"role {role!r} cannot read other roles' sessions (no pg_read_all_stats): a "
+        "maintenance leader running as it refuses to prune"
     )
     return [
         Finding(
             "awa.D007",
             "error" if hidden else "warning",
             title,
-            visibility,
-            "Before it truncates a ring slot, prune checks that no transaction older than "
-            "the slot still has a snapshot (pg_stat_activity.xact_start); for other roles' "
-            "sessions that column reads as NULL unless the role may read all statistics, so "
-            "a report or admin page of another role could find rows vanish under it. As a "
-            f"superuser: GRANT pg_read_all_stats TO {role}; (or run the workers as a role "
-            "that has it).",
+            evidence,
+            f"{why} If the workers run as this role, as a superuser: GRANT pg_read_all_stats "
+            f"TO {role}; (or run them as a role that has it, such as the worker role of "
+            "manage.py awa_roles).",
         )
     ]
 

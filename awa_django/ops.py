@@ -14,6 +14,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
+from . import stripes
 from .conf import awa_settings
 from .cron import PeriodicInfo, fire_metadata, next_occurrence
 from .exceptions import CallbackNotFound, InvalidJob, JobNotFound
@@ -135,7 +136,10 @@ def queue_samples(
 
 
 def queue_counts(queue: str, *, database: str | None = None) -> dict[str, int]:
-    """Number of jobs of ``queue`` in each state (every state key present)."""
+    """Number of jobs of ``queue`` in each state (every state key present), and
+    ``"paused"``: whether the queue is paused (``True``/``False``, the flag of
+    :func:`list_queues`).  To total the jobs, add up the states
+    (``awa_django.records.JOB_STATES``) rather than every value."""
     return run(job_store.queue_counts(check_queue(queue)), database)
 
 
@@ -653,6 +657,12 @@ def _batch_request(
     if not isinstance(op_kind, str) or op_kind not in BATCH_OP_KINDS:
         raise InvalidJob(
             f"unknown batch operation {op_kind!r}; operations: {', '.join(BATCH_OP_KINDS)}"
+        )
+    if stripes.stripe_count() > 1:
+        raise InvalidJob(
+            "batch operations work on one physical queue and this installation stripes every "
+            f"queue (QUEUE_STRIPE_COUNT = {stripes.stripe_count()}); they are not supported "
+            "with stripes yet"
         )
     if not isinstance(filter, Mapping):
         raise InvalidJob(f"filter must be a dict, got {type(filter).__name__}")

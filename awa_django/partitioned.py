@@ -74,11 +74,16 @@ class PartitionedQueue:
 
     def route_by_key(self, key: str | bytes | int) -> str:
         """The physical queue for ``key``: the same for the same key in every process."""
-        if isinstance(key, bool) or not isinstance(key, str | bytes | int):
-            raise InvalidJob(f"routing key must be str, bytes or int, got {key!r}")
-        raw = key if isinstance(key, bytes) else str(key).encode()
-        digest = hashlib.blake2b(raw, digest_size=8).digest()
-        return f"{self.name}:{int.from_bytes(digest, 'big') % self.partitions}"
+        return f"{self.name}:{key_hash(key) % self.partitions}"
+
+
+def key_hash(key: str | bytes | int) -> int:
+    """A 64-bit hash of a routing key that every process computes alike
+    (BLAKE2b of its bytes; ``str`` and ``int`` keys as their UTF-8 text)."""
+    if isinstance(key, bool) or not isinstance(key, str | bytes | int):
+        raise InvalidJob(f"routing key must be str, bytes or int, got {key!r}")
+    raw = key if isinstance(key, bytes) else str(key).encode()
+    return int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "big")
 
 
 def split_queue_option(value: str, known: Collection[str] = ()) -> tuple[str, str]:

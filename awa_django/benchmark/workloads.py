@@ -17,6 +17,7 @@ the database imposes).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import resource
 import statistics
@@ -27,7 +28,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
+from django.conf import settings
 from django.db import connections, transaction
+from django.test import override_settings
 
 from .. import enqueue_many, ops
 from ..conf import QueueConfig, awa_settings
@@ -70,6 +73,9 @@ class BenchOptions:
     hot_jobs: int = 0
     hot_producers: int = 4
     hot_hold_ms: float = 1.0
+    # --stripes: the QUEUE_STRIPE_COUNT values --hot-queue compares instead
+    # of its shard and partition layouts (empty: those layouts).
+    hot_stripes: tuple[int, ...] = ()
 
     @property
     def job(self) -> Job[..., Any]:
@@ -504,44 +510,74 @@ def _floor_seconds(options: BenchOptions, queue: str, count: int) -> float:
         return time.perf_counter() - start
 
 
-#: The layouts --hot-queue compares: (label, enqueue shards, partitions).
-HOT_LAYOUTS = (("shards=1", 1, 0), ("shards=2", 2, 0), ("shards=4", 4, 0), ("partitioned=4", 1, 4))
+#: The layouts --hot-queue compares: (label, enqueue shards, partitions, stripes).
+HOT_LAYOUTS = (
+    ("shards=1", 1, 0, 1),
+    ("shards=2", 2, 0, 1),
+    ("shards=4", 4, 0, 1),
+    ("partitioned=4", 1, 4, 1),
+)
 
 
 def hot_queue(options: BenchOptions) -> dict[str, Any]:
     """One hot queue, ``hot_producers`` threads each committing one job per
     transaction and holding it ``hot_hold_ms`` after the enqueue (the rest
     of a web request's writes): enqueue throughput per layout, as ratios
-    against a single shard.  Producers of one lane wait for each other's
-    commit, so shards and partitions are what lets them run side by side."""
+    against the first layout, then the jobs/s of one burst worker draining
+    them.  Producers of one lane wait for each other's commit, so shards,
+    partitions and stripes are what lets them run side by side.  With
+    ``hot_stripes`` the layouts are those ``QUEUE_STRIPE_COUNT`` values
+    (one enqueue shard each) instead of the shard and partition layouts."""
     results: dict[str, Any] = {
         "producers": options.hot_producers,
         "transactions": options.hot_jobs,
         "hold_ms": options.hot_hold_ms,
     }
+    layouts = (
+        tuple((f"stripes={n}", 1, 0, n) for n in options.hot_stripes)
+        if options.hot_stripes
+        else HOT_LAYOUTS
+    )
     base: float | None = None
-    for label, shards, partitions in HOT_LAYOUTS:
+    drain_base: float | None = None
+    for label, shards, partitions, stripes in layouts:
         queue = f"{options.queue}-hot-{label.replace('=', '')}"
         routes: Callable[[int, int], str]
-        if partitions:
-            layout = PartitionedQueue(queue, partitions=partitions)
-            for physical in layout.physical_queues:
-                ops.set_enqueue_shards(physical, 1, database=options.database)
+        with _stripe_count(stripes):
+            if partitions:
+                layout = PartitionedQueue(queue, partitions=partitions)
+                for physical in layout.physical_queues:
+                    ops.set_enqueue_shards(physical, 1, database=options.database)
 
-            def routes(thread: int, n: int, layout: PartitionedQueue = layout) -> str:
-                return layout.route_by_key(f"{thread}-{n}")
+                def routes(thread: int, n: int, layout: PartitionedQueue = layout) -> str:
+                    return layout.route_by_key(f"{thread}-{n}")
 
-        else:
-            ops.set_enqueue_shards(queue, shards, database=options.database)
+            else:
+                ops.set_enqueue_shards(queue, shards, database=options.database)
 
-            def routes(thread: int, n: int, queue: str = queue) -> str:
-                return queue
+                def routes(thread: int, n: int, queue: str = queue) -> str:
+                    return queue
 
-        rate = _hot_rate(options, routes)
+            rate = _hot_rate(options, routes)
+            drained = _drain_queues(options, _hot_queues(queue, partitions))
         base = base or rate
-        results[label] = {"jobs_per_s": round(rate), "ratio": round(rate / base, 2)}
-        _drain_queues(options, _hot_queues(queue, partitions))
+        drain_base = drain_base or drained or None
+        results[label] = {
+            "jobs_per_s": round(rate),
+            "ratio": round(rate / base, 2),
+            "drain_jobs_per_s": drained,
+            "drain_ratio": round(drained / drain_base, 2) if drain_base else None,
+        }
     return results
+
+
+def _stripe_count(count: int) -> Any:
+    """``AWA["QUEUE_STRIPE_COUNT"] = count`` for a block (the producers route
+    by it, the draining worker claims by it); the settings as they are when
+    they already say so."""
+    if count == awa_settings().queue_stripe_count:
+        return contextlib.nullcontext()
+    return override_settings(AWA={**getattr(settings, "AWA", {}), "QUEUE_STRIPE_COUNT": count})
 
 
 def _hot_queues(queue: str, partitions: int) -> list[str]:

@@ -44,3 +44,16 @@ def add_yes_argument(parser: ArgumentParser) -> None:
         action="store_true",
         help="Do not ask for confirmation (it is asked only when stdin is a terminal).",
     )
+
+
+def host_port(value: str) -> str:
+    """``HOST:PORT`` (``[::1]:8321`` for IPv6); anything else is a usage error (exit 2)."""
+    from awa_django.runtime.config import parse_address
+
+    try:
+        parse_address(value)
+    except ValueError:
+        raise ArgumentTypeError(
+            f"expected HOST:PORT such as 127.0.0.1:8321, got {value!r}"
+        ) from None
+    return value

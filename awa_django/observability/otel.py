@@ -1,10 +1,590 @@
-"""OpenTelemetry metrics and spans (the ``otel`` extra).  Placeholder: filled in next."""
+"""OpenTelemetry metrics and spans (the ``otel`` extra: ``awa-django[otel]``).
+
+Only ``opentelemetry-api`` is imported here.  The observer takes its
+tracer and meter from the global providers the application configures
+with the SDK (or from providers it is given), so a process that never sets
+one records into the API's no-op implementations, and a process without the
+extra never imports this module (:mod:`.install` looks the package up
+without importing it).
+
+Metrics
+    One instrument per entry of :data:`.metrics.ALL`, built from the table
+    (name, kind, unit, description, attribute names), so OpenTelemetry and
+    Prometheus agree on every name.  Histograms are recorded as things
+    happen.  Counters are asynchronous (observable) counters over running
+    totals the hooks keep per attribute set: counting a job is a dict update,
+    not a call into the SDK (the exported data is the same monotonic sum;
+    only exemplars are left out).  Gauges are observable too and read what
+    the hooks left behind: the leader's last queue sample
+    (``awa.queue.depth``/``awa.queue.lag``, reported by the leader only, and
+    dropped when it steps down or the sample grows old) and this process's
+    runtime state.
+
+Spans
+    ``send {queue}`` (PRODUCER) around an enqueue, and ``process {kind}``
+    (CONSUMER) for each attempt, with the messaging semantic conventions.
+    The W3C ``traceparent`` of the ambient context -- inside the enqueue,
+    the send span -- goes into the job's metadata (``awa:traceparent``;
+    ``trace_capture=False`` stops that, an explicit value always wins), and
+    the attempt's span is built from it: the first attempt is a child of
+    the producer's span, so enqueue and execution read as one trace; a
+    later attempt starts a new root trace with a span link to the enqueue,
+    so a retry hours later neither stretches the producer's trace over the
+    backoff schedule nor inherits its sampling decision.
+
+    The process span is the ambient context while the handler runs (it is
+    attached on the handler's thread for a sync handler), so the handler's
+    own spans nest under it.  It stays open after the handler returns until
+    the outcome is durable (``closed``), so its duration is the one
+    ``awa.job.duration`` records and it carries the outcome
+    (``awa.job.outcome``).  A retryable, failed or dead-lettered attempt
+    sets the status to ERROR and records the exception the handler raised.
+    An attempt that parks for a callback ends its span when it parks; one
+    whose handler was interrupted (shutdown cancelled it: a rescue or the
+    next worker closes it) ends it at once, marked ``interrupted``.
+
+Cost
+    Per job: one span (six attributes when it starts, the outcome when it
+    ends), one histogram record with an attribute dict cached per (queue,
+    kind, outcome), and a few dict updates.  The SDK's span and attribute
+    handling is most of it; ``awa_bench --telemetry both`` measures it.
+"""
 
 from __future__ import annotations
 
-from .hooks import Observer
+import importlib.metadata
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import metrics as otel_metrics
+from opentelemetry import trace
+from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    TracerProvider,
+)
+
+from ..payload import TRACEPARENT_KEY
+from ..records import DLQ, FAILED, RETRYABLE, ClaimedJob, Closure, PreparedJob
+from . import metrics as table
+from .hooks import Observer, QueueSample
+
+#: The instrumentation scope: what a backend shows as the library that
+#: produced a span or a metric.
+SCOPE = "awa_django"
+
+# Semantic-convention attribute names (messaging spans).
+MESSAGING_SYSTEM = "messaging.system"
+MESSAGING_DESTINATION = "messaging.destination.name"
+MESSAGING_OPERATION_TYPE = "messaging.operation.type"
+MESSAGING_MESSAGE_ID = "messaging.message.id"
+MESSAGING_BATCH_COUNT = "messaging.batch.message_count"
+SYSTEM = "awa"
+# awa's own span attributes.
+JOB_KIND = "awa.job.kind"
+JOB_ATTEMPT = "awa.job.attempt"
+JOB_OUTCOME = "awa.job.outcome"
+JOB_STALE = "awa.job.stale"
+
+#: Histogram buckets (seconds) of the ``s`` histograms: job and claim
+#: durations run from sub-millisecond no-ops to minutes-long handlers.
+SECONDS_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+)
+
+#: A queue sample older than this is not reported (four intervals of the
+#: leader's ``queue_gauges`` task): a leader that stopped sampling must not
+#: freeze its last reading into the dashboards.
+SAMPLE_MAX_AGE = 60.0
+
+# Attribute dicts cached per key are bounded: a pathological number of
+# queues or kinds must not grow the process without end.
+_CACHE_LIMIT = 4096
+
+_ERROR_TARGETS = frozenset({RETRYABLE, FAILED, DLQ})
+_ROOT = otel_context.Context()  # an empty context: a span started in it is a root
+
+
+def traceparent_of(context: SpanContext) -> str:
+    """``context`` in the W3C ``traceparent`` format (version 00)."""
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+
+
+def parse_traceparent(value: object) -> SpanContext | None:
+    """The remote span context a W3C ``traceparent`` names; None if ``value``
+    is not one (unknown versions are read by their version-00 prefix, as
+    the W3C spec asks)."""
+    if not isinstance(value, str) or len(value) < 55:
+        return None
+    version, trace_id, span_id, flags = value[:2], value[3:35], value[36:52], value[53:55]
+    if value[2] != "-" or value[35] != "-" or value[52] != "-" or version == "ff":
+        return None
+    if version == "00" and len(value) != 55:
+        return None
+    try:
+        context = SpanContext(
+            int(trace_id, 16),
+            int(span_id, 16),
+            is_remote=True,
+            trace_flags=TraceFlags(int(flags, 16)),
+        )
+        int(version, 16)
+    except ValueError:
+        return None
+    return context if context.is_valid else None
+
+
+class _Attributes:
+    """Attribute dicts for one set of attribute names, one per value tuple.
+
+    Instruments get the same dict object for the same values, built once:
+    nothing is allocated per job.
+    """
+
+    __slots__ = ("_cache", "_names")
+
+    def __init__(self, *names: str) -> None:
+        self._names = names
+        self._cache: dict[tuple[str, ...], dict[str, str]] = {}
+
+    def __call__(self, *values: str) -> dict[str, str]:
+        attributes = self._cache.get(values)
+        if attributes is None:
+            attributes = dict(zip(self._names, values, strict=True))
+            if len(self._cache) < _CACHE_LIMIT:
+                self._cache[values] = attributes
+        return attributes
+
+
+class _Totals:
+    """Running totals of one counter per attribute values, reported by an
+    observable counter.  Adding is a dict update under a lock (producer
+    threads count enqueues concurrently); no SDK call per event."""
+
+    __slots__ = ("_lock", "_names", "_totals")
+
+    def __init__(self, *names: str) -> None:
+        self._names = names
+        self._lock = threading.Lock()
+        self._totals: dict[tuple[str, ...], list[Any]] = {}
+
+    def add(self, values: tuple[str, ...], amount: int = 1) -> None:
+        with self._lock:
+            entry = self._totals.get(values)
+            if entry is None:
+                self._totals[values] = [dict(zip(self._names, values, strict=True)), amount]
+            else:
+                entry[1] += amount
+
+    def observe(self, options: CallbackOptions) -> Iterable[Observation]:
+        with self._lock:
+            entries = [(attributes, total) for attributes, total in self._totals.values()]
+        return [Observation(total, attributes) for attributes, total in entries]
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("awa-django")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+class _Open:
+    """A process span between the handler's start and the durable outcome."""
+
+    __slots__ = ("error", "span")
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
+        self.error: BaseException | None = None
+
+
+class _AttemptScope:
+    """Makes the attempt's span the ambient context while the handler runs."""
+
+    __slots__ = ("_job", "_key", "_observer", "_opened", "_token")
+
+    def __init__(self, observer: OtelObserver, job: ClaimedJob) -> None:
+        self._observer = observer
+        self._job = job
+
+    def __enter__(self) -> Span:
+        self._key = (self._job.job_id, self._job.run_lease)
+        span = self._observer._start_process(self._job)
+        self._opened = _Open(span)
+        self._observer._open[self._key] = self._opened
+        # The API's no-op span (no SDK configured) would only hide the context.
+        self._token = (
+            otel_context.attach(trace.set_span_in_context(span))
+            if span.get_span_context().is_valid
+            else None
+        )
+        return span
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if self._token is not None:
+            otel_context.detach(self._token)
+        if exc is None:
+            return
+        if isinstance(exc, Exception):
+            self._opened.error = exc  # what it means is known once the closure is
+            return
+        # Cancelled (shutdown) or interrupted: no closure will come from here.
+        self._observer._open.pop(self._key, None)
+        span = self._opened.span
+        span.set_attribute(JOB_OUTCOME, "interrupted")
+        span.record_exception(exc)
+        span.end()
 
 
 class OtelObserver(Observer):
-    def __init__(self, *, trace_capture: bool = True) -> None:
+    """Records awa's metrics and spans through the OpenTelemetry API.
+
+    ``tracer_provider`` / ``meter_provider``: where to record (default: the
+    global providers, as configured by the application at any time, even
+    after this observer was built).  ``trace_capture``: store the ambient
+    ``traceparent`` in new jobs (``AWA["TRACE_CAPTURE"]``).
+    """
+
+    def __init__(
+        self,
+        *,
+        trace_capture: bool = True,
+        tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
+    ) -> None:
+        version = _version()
         self.trace_capture = trace_capture
+        self._tracer_provider = tracer_provider
+        self._meter_provider = meter_provider
+        self.tracer = trace.get_tracer(SCOPE, version, tracer_provider=tracer_provider)
+        self.meter = otel_metrics.get_meter(SCOPE, version, meter_provider=meter_provider)
+        # Attempts whose span is open, by (job_id, run_lease): written on
+        # handler threads, read on the event loop (single dict operations).
+        self._open: dict[tuple[int, int], _Open] = {}
+        self._process: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
+        self._samples: tuple[float, Sequence[QueueSample]] | None = None
+        self._up: bool | None = None  # None until this process runs a worker
+        self._leader = False
+        # Attempts claimed and not yet closed or parked (awa.runtime.inflight).
+        self._running = 0
+        self._running_lock = threading.Lock()
+        self._tracing = False  # a real tracer provider was seen (see scoped)
+        # Attribute names come from the table, values from the hooks.
+        self._totals = {
+            m.name: _Totals(*m.attributes) for m in table.ALL if m.instrument == table.COUNTER
+        }
+        self._labels = {m.name: _Attributes(*m.attributes) for m in table.ALL}
+        self.instruments = self._instruments(self.meter)
+        totals, ins = self._totals, self.instruments
+        self._enqueued = totals[table.ENQUEUED.name]
+        self._claims = totals[table.CLAIMS.name]
+        self._empty_claims = totals[table.EMPTY_CLAIMS.name]
+        self._claimed = totals[table.CLAIMED.name]
+        self._outcomes = totals[table.OUTCOMES.name]
+        self._retries = totals[table.RETRIES.name]
+        self._dlq = totals[table.DLQ_MOVES.name]
+        self._stale = totals[table.STALE.name]
+        self._rescues = totals[table.RESCUES.name]
+        self._rotations = totals[table.ROTATIONS.name]
+        self._prunes = totals[table.PRUNES.name]
+        self._claim_duration = ins[table.CLAIM_DURATION.name]
+        self._claim_labels = self._labels[table.CLAIM_DURATION.name]
+        self._job_duration = ins[table.JOB_DURATION.name]
+        self._job_labels = self._labels[table.JOB_DURATION.name]
+        self._task_duration = ins[table.TASK_DURATION.name]
+        self._task_labels = self._labels[table.TASK_DURATION.name]
+        self._depth_labels = self._labels[table.QUEUE_DEPTH.name]
+        self._lag_labels = self._labels[table.QUEUE_LAG.name]
+
+    @property
+    def scoped(self) -> bool:  # type: ignore[override]
+        """Whether spans are recorded: only once a real tracer provider (an
+        SDK's) is there, given or global.  Until the application sets one,
+        the hub builds no scope and no span per job (metrics are still
+        counted: a meter provider may come later).  A global provider can be
+        set once only, so once seen it is remembered."""
+        if self._tracing:
+            return True
+        provider = self._tracer_provider or trace.get_tracer_provider()
+        if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+            return False
+        self._tracing = True
+        return True
+
+    # -- instruments -----------------------------------------------------------
+
+    def _instruments(self, meter: Meter) -> dict[str, Any]:
+        """One instrument per entry of the metrics table."""
+        gauges: dict[str, Callable[[CallbackOptions], Iterable[Observation]]] = {
+            table.QUEUE_DEPTH.name: self._observe_depth,
+            table.QUEUE_LAG.name: self._observe_lag,
+            table.RUNTIME_UP.name: self._observe_up,
+            table.RUNTIME_LEADER.name: self._observe_leader,
+            table.INFLIGHT.name: self._observe_inflight,
+        }
+        built: dict[str, Any] = {}
+        for metric in table.ALL:
+            if metric.instrument == table.COUNTER:
+                built[metric.name] = meter.create_observable_counter(
+                    metric.name,
+                    callbacks=[self._totals[metric.name].observe],
+                    unit=metric.unit,
+                    description=metric.description,
+                )
+            elif metric.instrument == table.HISTOGRAM:
+                built[metric.name] = meter.create_histogram(
+                    metric.name,
+                    unit=metric.unit,
+                    description=metric.description,
+                    explicit_bucket_boundaries_advisory=(
+                        SECONDS_BUCKETS if metric.unit == "s" else None
+                    ),
+                )
+            elif metric.instrument == table.GAUGE:
+                built[metric.name] = meter.create_observable_gauge(
+                    metric.name,
+                    callbacks=[gauges[metric.name]],
+                    unit=metric.unit,
+                    description=metric.description,
+                )
+            else:
+                raise ValueError(f"{metric.name}: unknown instrument {metric.instrument!r}")
+        return built
+
+    # -- producer side ---------------------------------------------------------
+
+    def enqueue_scope(self, queue: str, count: int) -> AbstractContextManager[Any] | None:
+        attributes: dict[str, Any] = {MESSAGING_SYSTEM: SYSTEM, MESSAGING_OPERATION_TYPE: "send"}
+        if queue:
+            attributes[MESSAGING_DESTINATION] = queue
+        if count != 1:
+            attributes[MESSAGING_BATCH_COUNT] = count
+        return self.tracer.start_as_current_span(
+            f"send {queue}" if queue else "send", kind=SpanKind.PRODUCER, attributes=attributes
+        )
+
+    def traceparent(self) -> str | None:
+        if not self.trace_capture:
+            return None
+        context = trace.get_current_span().get_span_context()
+        return traceparent_of(context) if context.is_valid else None
+
+    def enqueued(self, jobs: Sequence[PreparedJob], ids: Sequence[int | None]) -> None:
+        if len(jobs) == 1:
+            if ids[0] is not None:
+                self._enqueued.add((jobs[0].queue, jobs[0].kind))
+            return
+        written = Counter(
+            (job.queue, job.kind) for job, job_id in zip(jobs, ids, strict=True) if job_id
+        )
+        for values, count in written.items():
+            self._enqueued.add(values, count)
+
+    # -- worker side -----------------------------------------------------------
+
+    def claimed(self, queue: str, wanted: int, claimed: int, seconds: float) -> None:
+        values = (queue,)
+        self._claims.add(values)
+        self._claim_duration.record(seconds, self._claim_labels(queue))
+        if claimed:
+            self._claimed.add(values, claimed)
+            with self._running_lock:
+                self._running += claimed
+        else:
+            self._empty_claims.add(values)
+
+    def attempt_scope(self, job: ClaimedJob) -> AbstractContextManager[Any] | None:
+        return _AttemptScope(self, job)
+
+    def _start_process(self, job: ClaimedJob) -> Span:
+        name, base = self._process_base(job.queue, job.kind)
+        attributes = {**base, MESSAGING_MESSAGE_ID: str(job.job_id), JOB_ATTEMPT: job.attempt}
+        parent = parse_traceparent(job.metadata.get(TRACEPARENT_KEY)) if job.metadata else None
+        if parent is None:
+            return self.tracer.start_span(
+                name, context=_ROOT, kind=SpanKind.CONSUMER, attributes=attributes
+            )
+        if job.attempt <= 1:
+            # The first attempt continues the producer's trace.
+            return self.tracer.start_span(
+                name,
+                context=trace.set_span_in_context(NonRecordingSpan(parent)),
+                kind=SpanKind.CONSUMER,
+                attributes=attributes,
+            )
+        # A retry: a trace of its own, linked to where the job was enqueued.
+        return self.tracer.start_span(
+            name, context=_ROOT, kind=SpanKind.CONSUMER, attributes=attributes, links=[Link(parent)]
+        )
+
+    def _process_base(self, queue: str, kind: str) -> tuple[str, dict[str, Any]]:
+        found = self._process.get((queue, kind))
+        if found is None:
+            found = (
+                f"process {kind}",
+                {
+                    MESSAGING_SYSTEM: SYSTEM,
+                    MESSAGING_DESTINATION: queue,
+                    MESSAGING_OPERATION_TYPE: "process",
+                    JOB_KIND: kind,
+                },
+            )
+            if len(self._process) < _CACHE_LIMIT:
+                self._process[(queue, kind)] = found
+        return found
+
+    def closed(self, job: ClaimedJob, closure: Closure, applied: bool, seconds: float) -> None:
+        self._settled()
+        # The closure's label (a move to the DLQ says "failed": awa.job.dlq
+        # counts the moves), as the Prometheus exporter records it.
+        outcome = closure.outcome
+        if applied:
+            self._outcomes.add((job.queue, job.kind, outcome))
+            self._job_duration.record(seconds, self._job_labels(job.queue, job.kind, outcome))
+            if closure.target == RETRYABLE:
+                self._retries.add((job.queue, job.kind))
+            elif closure.target == DLQ:
+                self._dlq.add((job.queue, job.kind))
+        else:
+            self._stale.add((job.queue, job.kind))
+        opened = self._open.pop((job.job_id, job.run_lease), None)
+        if opened is None:
+            return  # no handler ran (an unknown kind, arguments that no longer fit)
+        span = opened.span
+        span.set_attribute(JOB_OUTCOME, outcome)
+        if not applied:
+            span.set_attribute(JOB_STALE, True)
+        if closure.target in _ERROR_TARGETS:
+            error = opened.error
+            if error is not None:
+                span.record_exception(error)
+                description = f"{type(error).__name__}: {error}"
+            else:
+                description = closure.reason or outcome
+            span.set_status(Status(StatusCode.ERROR, description))
+        span.end()
+
+    def _settled(self) -> None:
+        with self._running_lock:
+            self._running = max(self._running - 1, 0)
+
+    def parked(self, job: ClaimedJob) -> None:
+        self._settled()
+        opened = self._open.pop((job.job_id, job.run_lease), None)
+        if opened is not None:
+            opened.span.set_attribute(JOB_OUTCOME, "waiting_external")
+            opened.span.end()
+
+    def maintained(self, task: str, result: object, seconds: float) -> None:
+        self._task_duration.record(seconds, self._task_labels(task))
+        if task.endswith("_ring") and isinstance(result, dict):
+            ring = task.removesuffix("_ring")
+            rotated, pruned = result.get("rotate"), result.get("prune")
+            if isinstance(rotated, str):
+                self._rotations.add((ring, rotated))
+            if isinstance(pruned, str):
+                self._prunes.add((ring, pruned))
+
+    def rescued(self, reason: str, count: int) -> None:
+        self._rescues.add((reason,), count)
+
+    def queues_sampled(self, samples: Sequence[QueueSample]) -> None:
+        self._samples = (time.monotonic(), tuple(samples))
+
+    def runtime(self, state: str) -> None:
+        if state == "started":
+            self._up = True
+        elif state == "stopped":
+            self._up = False
+            self._leader = False
+            with self._running_lock:
+                self._running = 0  # attempts handed back or interrupted on the way out
+            self._abandon_open()
+        elif state == "leader":
+            self._leader = True
+        elif state == "follower":
+            self._leader = False
+            self._samples = None  # the next leader reports the queues
+
+    def flush(self, timeout: float) -> None:
+        """Export what the SDK buffered (spans, metrics), within ``timeout`` overall."""
+        deadline = time.monotonic() + timeout
+        for provider in (
+            self._tracer_provider or trace.get_tracer_provider(),
+            self._meter_provider or otel_metrics.get_meter_provider(),
+        ):
+            force_flush = getattr(provider, "force_flush", None)
+            left = deadline - time.monotonic()
+            if force_flush is not None and left > 0:
+                force_flush(int(left * 1000))
+
+    def _abandon_open(self) -> None:
+        """End the spans of attempts this process will not close (it stops)."""
+        left, self._open = self._open, {}
+        for opened in left.values():
+            opened.span.set_attribute(JOB_OUTCOME, "abandoned")
+            opened.span.end()
+
+    # -- observable gauges -------------------------------------------------------
+
+    def _fresh_samples(self) -> Sequence[QueueSample]:
+        taken = self._samples
+        if taken is None or time.monotonic() - taken[0] > SAMPLE_MAX_AGE:
+            return ()
+        return taken[1]
+
+    def _observe_depth(self, options: CallbackOptions) -> Iterable[Observation]:
+        for sample in self._fresh_samples():
+            for state, value in (
+                ("available", sample.available),
+                ("scheduled", sample.scheduled),
+                ("running", sample.running),
+            ):
+                yield Observation(value, self._depth_labels(sample.queue, state))
+
+    def _observe_lag(self, options: CallbackOptions) -> Iterable[Observation]:
+        for sample in self._fresh_samples():
+            yield Observation(sample.lag, self._lag_labels(sample.queue))
+
+    def _observe_up(self, options: CallbackOptions) -> Iterable[Observation]:
+        if self._up is not None:
+            yield Observation(1 if self._up else 0)
+
+    def _observe_leader(self, options: CallbackOptions) -> Iterable[Observation]:
+        if self._up is not None:
+            yield Observation(1 if self._leader else 0)
+
+    def _observe_inflight(self, options: CallbackOptions) -> Iterable[Observation]:
+        if self._up is not None:
+            yield Observation(self._running)

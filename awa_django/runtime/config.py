@@ -19,7 +19,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import partitioned
+from .. import partitioned, stripes
 from ..conf import AwaSettings, QueueConfig, RateLimit
 from ..descriptors import Declared, declared_for
 from ..exceptions import InvalidJob
@@ -155,8 +155,12 @@ class WorkerConfig:
     runtime_id: uuid.UUID = field(default_factory=uuid.uuid4)
     # Extra modules defining jobs, imported before work starts (``--import``).
     imports: tuple[str, ...] = ()
+    # ``HOST:PORT`` of the health listener (``--health-addr``), or None.
+    health_addr: str | None = None
 
     def __post_init__(self) -> None:
+        if self.health_addr is not None:
+            parse_address(self.health_addr)
         if self.shutdown_timeout < 0:
             raise ValueError(f"shutdown_timeout must be >= 0, got {self.shutdown_timeout!r}")
         names = [policy.name for policy in self.queues]
@@ -178,6 +182,16 @@ class WorkerConfig:
     @property
     def queue_names(self) -> list[str]:
         return [policy.name for policy in self.queues]
+
+    def stripes_of(self, queue: str) -> tuple[str, ...]:
+        """The physical queues that hold the jobs of ``queue`` (itself, and its
+        stripes when ``QUEUE_STRIPE_COUNT`` > 1; see :mod:`awa_django.stripes`)."""
+        return stripes.physical_queues(queue, self.settings.queue_stripe_count)
+
+    @property
+    def physical_queue_names(self) -> list[str]:
+        """:meth:`stripes_of` every queue of this worker."""
+        return [name for policy in self.queues for name in self.stripes_of(policy.name)]
 
     @property
     def declared(self) -> Declared:
@@ -227,6 +241,17 @@ class WorkerConfig:
         return dataclasses.replace(self, queues=queues)
 
 
+def parse_address(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:8321`` for an IPv6 host; port 0: any free one) as
+    (host, port); ValueError otherwise."""
+    host, sep, port = value.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not (port.isascii() and port.isdigit()) or int(port) > 65535:
+        raise ValueError(f"expected HOST:PORT (port 0 for any free one), got {value!r}")
+    return host, int(port)
+
+
 def parse_queue_option(value: str, known: Collection[str] = ()) -> tuple[str, int | None]:
     """``NAME`` or ``NAME:MAX_WORKERS`` from ``--queue`` (see
     :func:`awa_django.partitioned.split_queue_option` for names with ``:``)."""
@@ -256,6 +281,7 @@ def build_config(
     shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
     maintenance: bool = True,
     imports: Sequence[str] = (),
+    health_addr: str | None = None,
 ) -> WorkerConfig:
     """Worker configuration for ``queues`` (``NAME[:N]``; default: every configured queue)."""
     selected = (
@@ -291,4 +317,5 @@ def build_config(
         shutdown_timeout=shutdown_timeout,
         maintenance=maintenance,
         imports=tuple(imports),
+        health_addr=health_addr,
     )

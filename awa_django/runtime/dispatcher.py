@@ -19,6 +19,11 @@ took, so no more jobs run than there are permits), its rate limiter (a
 claim reserves its tokens before the statement and gives back those it did
 not use) and its in-flight set.
 
+A striped queue (``QUEUE_STRIPE_COUNT`` > 1) is claimed over all its
+stripes in one statement, each claim starting one stripe further on
+(:class:`~awa_django.stripes.Rotation`): the dispatcher, its permits and its
+limits stay those of the logical queue.
+
 A fleet-wide limit (``rate_limit_scope: "fleet"``) takes its tokens from one
 row per queue in the database before each claim (awa.take_rate_tokens), so
 every process together starts at most the configured rate; tokens a claim
@@ -41,7 +46,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from datetime import UTC, datetime
 
 from ..conf import RateLimit
@@ -51,6 +56,7 @@ from ..records import ClaimedJob
 from ..storage import AsyncRunner
 from ..storage import rate as rate_store
 from ..storage.attempts import claim
+from ..stripes import Rotation
 from .completer import Completer
 from .config import QueuePolicy
 from .executor import Executor, context_for
@@ -205,8 +211,11 @@ class Dispatcher:
         stopping: asyncio.Event,
         leases: LeaseHub | None = None,
         permits: Permits | SharedPermits | None = None,
+        stripes: Sequence[str] = (),
     ) -> None:
         self.policy = policy
+        #: The physical queues claims visit (the queue's stripes, if any).
+        self.stripes = Rotation(stripes or (policy.name,))
         self._leases = leases
         self.permits = permits if permits is not None else Permits(policy.max_workers)
         #: Claim loops of this queue (the ``claimers`` option; fixed at start).
@@ -325,6 +334,7 @@ class Dispatcher:
                     self._runtime_id,
                     queue.deadline,
                     queue.priority_aging_interval,
+                    self.stripes.next(),
                 )
             )
         except BaseException:

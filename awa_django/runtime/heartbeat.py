@@ -12,6 +12,12 @@ Each tick also refreshes the descriptors this worker declares (their
 ``last_seen_at`` and the hashes on its runtime row), which is what the
 console's stale and drift flags read.
 
+A runtime whose row is gone registers again.  Cleanup removes the rows of
+runtimes silent for several staleness periods; a process that was stopped
+(SIGSTOP, a paused VM) or cut off that long and then resumes would
+otherwise heartbeat nothing, and every attempt it claims would look
+abandoned at once.
+
 It also hands back orphaned receipts: open receipts of this runtime that
 it does not run.  A claim can commit while its response is lost (the
 connection dropped on the way back), and nothing would ever close those
@@ -61,10 +67,12 @@ class Heartbeat(PeriodicService[dict[str, int]]):
         self.runtime_id = runtime_id
         self._inflight = inflight
         self._declared = declared
+        self._registered: tuple[list[str], int] | None = None
 
     async def register(self, queues: Sequence[str], pid: int) -> None:
         role = "worker" if queues else "maintenance"
         await self._run(runtimes.register(self.runtime_id, socket.gethostname(), pid, queues, role))
+        self._registered = (list(queues), pid)
         await self._publish()
 
     async def _publish(self) -> None:
@@ -78,7 +86,12 @@ class Heartbeat(PeriodicService[dict[str, int]]):
         """Refresh the heartbeat, cancel attempts closed elsewhere, hand back
         orphaned receipts; returns how many of each."""
         running = {_key(job): (job, ctx) for job, ctx in self._inflight()}
-        await self._run(runtimes.heartbeat(self.runtime_id))
+        if not await self._run(runtimes.heartbeat(self.runtime_id)) and self._registered:
+            log.warning(
+                "runtime %s had no row any more (removed after a long silence): registering",
+                self.runtime_id,
+            )
+            await self.register(*self._registered)
         await self._publish()
         leased = [job for job, ctx in running.values() if is_leased(ctx)]
         if leased:

@@ -15,6 +15,15 @@ it the moment that session ends.  So:
   server-side ``tcp_keepalives_*`` and ``tcp_user_timeout`` (below: about
   25 s) as well as libpq's client-side keepalives.  Without them the server
   keeps a dead peer's session, and its lock, for the OS default of ~2 hours;
+* keepalives cannot catch a leader whose process is stopped (SIGSTOP, a VM
+  paused) or hung: its kernel still answers them, its session stays open
+  and holds the lock.  But a live leader runs a statement on its election
+  session every interval, so a standby that fails to take the lock looks at
+  the holder's session: idle without a statement for ``depose_after``
+  seconds (half of ``HEARTBEAT_STALENESS``, at least three intervals), it is
+  terminated with ``pg_terminate_backend`` and the standby takes the lock.
+  A leader deposed while alive (an event loop blocked that long) finds its
+  session gone on its next check and steps down like any other;
 * a leader learns it lost the lock on its next check (the statement fails or
   reports no lock) and steps down: its term ends and its tasks stop.
 
@@ -31,6 +40,7 @@ maintenance efficient, never correct.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -64,6 +74,10 @@ SERVER_KEEPALIVES = {
     "tcp_keepalives_count": "3",
     "tcp_user_timeout": "25000",
 }
+# After terminating a silent leader's session, how often (and how long
+# apart) a standby tries the lock before leaving it to its next interval.
+DEPOSE_RETRIES = 10
+DEPOSE_RETRY_DELAY = 0.1
 
 
 def with_server_keepalives(conninfo: str) -> str:
@@ -87,11 +101,25 @@ class LeaderConfig(PeriodicConfig):
 
     conninfo: str
     runtime_id: uuid.UUID
+    #: Seconds the leader's election session may run no statement before a
+    #: standby terminates it (None: never; see the module docstring).
+    depose_after: float | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not self.conninfo:
             raise ValueError("LeaderConfig needs a conninfo")
+        if self.depose_after is not None and self.depose_after < 2 * self.interval:
+            raise ValueError(
+                f"depose_after must be at least two intervals, got {self.depose_after!r}"
+            )
+
+
+def depose_after(heartbeat_staleness: float) -> float:
+    """How long a silent leader keeps the lock: half the heartbeat staleness
+    (so it is replaced before its attempts are rescued), at least three
+    election intervals."""
+    return max(3 * ELECTION_INTERVAL, heartbeat_staleness / 2)
 
 
 class Leader(PeriodicService[bool]):
@@ -118,10 +146,13 @@ class Leader(PeriodicService[bool]):
         conninfo: str,
         runtime_id: uuid.UUID,
         on_change: Callable[[bool], Awaitable[None]] | None = None,
+        *,
+        depose_after: float | None = None,
     ) -> Leader:
-        return cls(
-            LeaderConfig(ELECTION_INTERVAL, conninfo=conninfo, runtime_id=runtime_id), on_change
+        config = LeaderConfig(
+            ELECTION_INTERVAL, conninfo=conninfo, runtime_id=runtime_id, depose_after=depose_after
         )
+        return cls(config, on_change)
 
     async def _session(self) -> psycopg.AsyncConnection[Any]:
         if self._conn is None or self._conn.closed:
@@ -137,7 +168,10 @@ class Leader(PeriodicService[bool]):
         """Try to win (standby) or confirm (leader) the lock; returns whether we lead."""
         try:
             run = AsyncRunner(await self._session())
-            leads = await run(store.holds_lead() if self.is_leader else store.try_lead())
+            if self.is_leader:
+                leads = await run(store.holds_lead())
+            else:
+                leads = await run(store.try_lead()) or await self._depose(run)
         except psycopg.Error as exc:
             if self.is_leader:
                 log.warning("maintenance leader lost its session: %s", exc)
@@ -145,6 +179,27 @@ class Leader(PeriodicService[bool]):
             leads = False
         await self._become(leads)
         return leads
+
+    async def _depose(self, run: AsyncRunner) -> bool:
+        """Terminate a leader session silent for ``depose_after`` seconds, then
+        take the lock its end frees; returns whether we lead now."""
+        if self.config.depose_after is None:
+            return False
+        pid = await run(store.depose_silent_leader(self.config.depose_after))
+        if pid is None:
+            return False
+        log.warning(
+            "maintenance leader session %s ran no statement for %ss (process stopped or host "
+            "gone?): terminated it",
+            pid,
+            self.config.depose_after,
+        )
+        # The backend exits, and frees the lock, within moments.
+        for _ in range(DEPOSE_RETRIES):
+            await asyncio.sleep(DEPOSE_RETRY_DELAY)
+            if await run(store.try_lead()):
+                return True
+        return False
 
     async def _become(self, leads: bool) -> None:
         if leads == self.is_leader:

@@ -7,7 +7,9 @@ rescue, a prune, a cleanup batch -- never delays the others):
 * ``promote``: move due deferred jobs (scheduled, retry backoff, snooze) into
   the ready ring (:class:`~.promoter.Promoter`);
 * ``queue_ring`` / ``claim_ring`` / ``lease_ring``: one rotate, then one
-  prune attempt, per tick (:class:`RingTask`);
+  prune attempt, per tick (:class:`RingTask`); a leader whose role cannot
+  read the transaction horizon prunes nothing and says why once per term
+  (:class:`HorizonNotice`);
 * ``stale_rescue`` / ``deadline_rescue`` / ``callback_rescue``: close
   attempts (receipts and leases) whose runtime's heartbeat went stale, that
   ran past their deadline, or whose parked callback timed out
@@ -18,7 +20,10 @@ rescue, a prune, a cleanup batch -- never delays the others):
 * ``queue_samples``: record every queue's counters once a minute for the
   console's charts (:class:`QueueSampler`);
 * ``batch_ops``: apply submitted batch operations (set_priority,
-  move_queue) chunk by chunk (:class:`BatchOperationTask`).
+  move_queue) chunk by chunk (:class:`BatchOperationTask`);
+* ``queue_gauges``: every queue's depth and lag for the observers (the
+  telemetry gauges), every :data:`GAUGE_INTERVAL` seconds, only while
+  observers are registered (:class:`QueueGauges`).
 
 :class:`Maintenance` competes for leadership through a
 :class:`~.leader.Leader` and starts the tasks when a term begins, stops them
@@ -37,17 +42,46 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from .. import cron
-from ..observability.hooks import observers
+from ..observability.hooks import Observer, QueueSample, observers
 from ..storage import AsyncRunner, descriptors
 from ..storage import batch_ops as batch_store
 from ..storage import maintenance as store
 from ..storage import queues as queue_store
 from .config import RESCUE_BATCH, RESCUE_PAUSE, MaintenanceConfig, PeriodicConfig
-from .leader import KEEPALIVES, Leader, with_server_keepalives
+from .leader import KEEPALIVES, Leader, depose_after, with_server_keepalives
 from .promoter import Promoter
 from .service import PeriodicService
 
 log = logging.getLogger("awa_django.maintenance")
+
+
+class HorizonNotice:
+    """Says once per leader term why prune refuses to truncate.
+
+    Prune truncates nothing when the leader's role cannot read other
+    sessions' transactions in ``pg_stat_activity`` (outcome
+    ``horizon_unreadable``, see ``v020_roles.sql``).  Every ring hits it on
+    every tick; one WARNING per term, with the fix, is enough.  The ring
+    tasks of a term share one instance.
+    """
+
+    def __init__(self) -> None:
+        self.warned = False
+
+    async def refused(self, run: AsyncRunner, ring: str) -> None:
+        if self.warned:
+            return
+        self.warned = True
+        role = (await run(store.prune_horizon()))["role"]
+        log.warning(
+            "prune refused on the %s ring (and will be on every ring this term): role %r "
+            "cannot read other sessions' transactions in pg_stat_activity, so it cannot "
+            "prove that no snapshot still reads a sealed slot, and the rings stop "
+            "reclaiming space. Fix, as a superuser: GRANT pg_read_all_stats TO %s;",
+            ring,
+            role,
+            role,
+        )
 
 
 class RingTask(PeriodicService[dict[str, str]]):
@@ -56,19 +90,27 @@ class RingTask(PeriodicService[dict[str, str]]):
     run_at_start = True
 
     def __init__(
-        self, config: PeriodicConfig, runner: AsyncRunner, ring: str, failed_retention: float
+        self,
+        config: PeriodicConfig,
+        runner: AsyncRunner,
+        ring: str,
+        failed_retention: float,
+        horizon: HorizonNotice | None = None,
     ) -> None:
         super().__init__(config)
         self.name = f"{ring}_ring"
         self.ring = ring
         self._run = runner
         self._failed_retention = failed_retention
+        self._horizon = horizon if horizon is not None else HorizonNotice()
 
     async def run_once(self) -> dict[str, str]:
         rotated = await self._run(store.rotate(self.ring))
         pruned = await self._run(store.prune(self.ring, self._failed_retention))
         if pruned == "blocked":
             log.debug("%s ring prune blocked by a lock; retrying next tick", self.ring)
+        elif pruned == store.HORIZON_UNREADABLE:
+            await self._horizon.refused(self._run, self.ring)
         return {"rotate": rotated, "prune": pruned}
 
 
@@ -190,6 +232,46 @@ SAMPLE_INTERVAL = 60.0
 SAMPLE_HORIZON = 2 * 3600.0
 
 
+#: Seconds between two readings of the queue gauges (one statement over the
+#: lane heads and the small tables, see ``storage.queues.gauges``).
+GAUGE_INTERVAL = 15.0
+
+
+def _gauges_wanted() -> bool:
+    """Whether a registered observer does something with queue samples."""
+    return any(type(o).queues_sampled is not Observer.queues_sampled for o in observers)
+
+
+class QueueGauges(PeriodicService[int]):
+    """Reads every queue's depth and lag and reports it to the observers
+    (:meth:`~awa_django.observability.hooks.Observer.queues_sampled`).
+
+    The reading costs one statement and no scan of the ready ring; a tick
+    with no observer that takes samples skips even that.
+    """
+
+    name = "queue_gauges"
+    # A term starts with enough work (rings, rescues, samples): the first
+    # reading waits one interval.
+    run_at_start = False
+
+    def __init__(self, config: PeriodicConfig, runner: AsyncRunner) -> None:
+        super().__init__(config)
+        self._run = runner
+
+    async def run_once(self) -> int:
+        """Take one reading and report it; returns how many queues it covered."""
+        if not _gauges_wanted():
+            return 0
+        rows = await self._run(queue_store.gauges())
+        samples = [
+            QueueSample(queue, available, scheduled, running, lag, paused)
+            for queue, available, scheduled, running, lag, paused in rows
+        ]
+        observers.queues_sampled(samples)
+        return len(samples)
+
+
 #: Seconds between looks for submitted batch operations (one indexed read
 #: of a small table when there are none).
 BATCH_OP_INTERVAL = 2.0
@@ -278,7 +360,12 @@ class Maintenance:
         self.pool: AsyncConnectionPool[Any] | None = None
         self.tasks: dict[str, PeriodicService[Any]] = {}
         self._looping = False
-        self.leader = Leader.for_runtime(config.conninfo, config.runtime_id, self._term)
+        self.leader = Leader.for_runtime(
+            config.conninfo,
+            config.runtime_id,
+            self._term,
+            depose_after=depose_after(config.settings.heartbeat_staleness),
+        )
 
     def _pool(self) -> AsyncConnectionPool[Any]:
         return AsyncConnectionPool(
@@ -297,11 +384,12 @@ class Maintenance:
     def _tasks(self, run: AsyncRunner) -> dict[str, PeriodicService[Any]]:
         config, s = self.config, self.config.settings
         intervals = config.ring_intervals()
+        horizon = HorizonNotice()  # one per term: the rings warn once between them
         return {
             "promote": Promoter(PeriodicConfig(s.promote_interval), run),
             **{
                 f"{ring}_ring": RingTask(
-                    PeriodicConfig(intervals[ring]), run, ring, s.failed_retention
+                    PeriodicConfig(intervals[ring]), run, ring, s.failed_retention, horizon
                 )
                 for ring in store.RINGS
             },
@@ -318,6 +406,11 @@ class Maintenance:
             "cron": CronTask(PeriodicConfig(cron.EVALUATE_INTERVAL), run),
             "queue_samples": QueueSampler(PeriodicConfig(SAMPLE_INTERVAL), run),
             "batch_ops": BatchOperationTask(PeriodicConfig(BATCH_OP_INTERVAL), run),
+            **(
+                {"queue_gauges": QueueGauges(PeriodicConfig(GAUGE_INTERVAL), run)}
+                if observers.active
+                else {}
+            ),
         }
 
     @property

@@ -23,6 +23,13 @@ Shutdown (SIGTERM/SIGINT, or ``--burst`` finding nothing left):
    uncounted, so another worker runs it again (a late completion from the
    abandoned handler is then stale and rejected by the run_lease guard);
 4. pending completions are flushed, the runtime row removed, the pool closed.
+
+Steps 1-4 are bounded: with the database unreachable a claim waits for a
+connection and a flush retries for as long as the connection is lost, but
+a worker told to stop must stop.  ``shutdown_timeout + STOP_GRACE`` seconds
+after the stop began, whatever is still waiting is abandoned and the
+process exits 1: the attempts it could not close stay open in the database
+and are rescued once its heartbeat is stale, like a killed worker's.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import importlib
 import logging
 import os
 import signal
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -48,12 +56,14 @@ from ..cron import sync_declared
 from ..observability.hooks import observers
 from ..records import ClaimedJob
 from ..storage import AsyncRunner
+from ..storage import stripes as stripe_store
 from ..storage.attempts import queues_have_work
 from .closures import handed_back
 from .completer import BatchCompleter
 from .config import PeriodicConfig, QueuePolicy, WorkerConfig
 from .dispatcher import Dispatcher
 from .executor import Executor
+from .health import HealthSlot, WorkerHealth
 from .heartbeat import Heartbeat
 from .leases import CALLBACK_CHANNEL, CANCEL_CHANNEL, LeaseHub, is_leased
 from .maintenance import Maintenance
@@ -67,14 +77,28 @@ from .service import Service
 log = logging.getLogger("awa_django.worker")
 
 BURST_CHECK_INTERVAL = 0.2
+# Seconds a stopping worker gives its database calls beyond shutdown_timeout
+# (see the module docstring), and the removal of its runtime row.
+STOP_GRACE = 10.0
+UNREGISTER_TIMEOUT = 5.0
 # How long a stopping worker waits for signals and telemetry still buffered.
 OBSERVER_FLUSH_TIMEOUT = 5.0
 
 
 class Worker:
-    def __init__(self, config: WorkerConfig) -> None:
+    def __init__(self, config: WorkerConfig, *, health_slot: HealthSlot | None = None) -> None:
         self.config = config
         self.stopping = asyncio.Event()
+        # What the health probes read (runtime/health.py): registered since
+        # (monotonic), dispatching, and the dispatchers' tasks.
+        self.registered_at: float | None = None
+        self.started = False
+        self.dispatching: list[asyncio.Task[None]] = []
+        self.health = (
+            WorkerHealth(self, address=config.health_addr, slot=health_slot)
+            if config.health_addr is not None or health_slot is not None
+            else None
+        )
         self.pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             config.conninfo,
             min_size=2,
@@ -99,7 +123,12 @@ class Worker:
         self.wakeups = {policy.name: asyncio.Event() for policy in config.queues}
         self.notifier = Notifier(
             config.conninfo,
-            self.wakeups,
+            # An enqueue notifies its stripe's channel: each wakes its queue.
+            {
+                stripe: self.wakeups[policy.name]
+                for policy in config.queues
+                for stripe in config.stripes_of(policy.name)
+            },
             {
                 CANCEL_CHANNEL: self.leases.attempt_closed,
                 CALLBACK_CHANNEL: self.leases.callback_resumed,
@@ -116,6 +145,7 @@ class Worker:
                 stopping=self.stopping,
                 leases=self.leases,
                 permits=self._permits_for(policy),
+                stripes=config.stripes_of(policy.name),
             )
             for policy in config.queues
         ]
@@ -177,6 +207,19 @@ class Worker:
         return sum(d.empty_claims for d in self.dispatchers)
 
     async def run(self) -> int:
+        if self.health is None:
+            return await self._serve()
+        try:
+            await self.health.start()  # first: probes answer while the worker starts
+        except OSError as exc:
+            log.error("cannot serve health probes on %s: %s", self.config.health_addr, exc)
+            return 1
+        try:
+            return await self._serve()
+        finally:
+            await self.health.stop()  # last: /healthz answers until the process exits
+
+    async def _serve(self) -> int:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -186,18 +229,20 @@ class Worker:
         self.leases.bind()
         await self.pool.open(wait=True)
         await sync_declared(self._run)  # before the leader's first cron tick
+        await self._claim_leftover_stripes()
         services: list[Service] = [self.notifier, self.heartbeat, self.progress, self.overrides]
         if self.maintenance is not None:
             services.append(self.maintenance)
         try:
             await self.heartbeat.register(self.config.queue_names, os.getpid())
+            self.registered_at = time.monotonic()
             await self.completer.start()
             await self.overrides.tick()  # claim with the live overrides from the start
             for service in services:
                 await service.start()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.notifier.listening.wait(), timeout=5)
-            dispatching = [
+            self.dispatching = dispatching = [
                 asyncio.create_task(d.run(), name=f"awa-dispatch-{d.name}")
                 for d in self.dispatchers
             ]
@@ -206,21 +251,20 @@ class Worker:
                 self.config.runtime_id,
                 ", ".join(self.config.queue_names),
             )
+            self.started = True
             if observers.active:
                 observers.runtime("started")
             if self.config.burst:
                 await self._until_drained()
             else:
                 await self.stopping.wait()
-            await asyncio.gather(*dispatching)
-            await self._drain_inflight()
-            await self.completer.stop()
+            clean = await self._wind_down(dispatching)
         finally:
             for service in reversed(services):
                 with contextlib.suppress(Exception):
                     await service.stop()
             with contextlib.suppress(Exception):
-                await self.heartbeat.unregister()
+                await asyncio.wait_for(self.heartbeat.unregister(), UNREGISTER_TIMEOUT)
             await self.pool.close()
             self.executor.shutdown()
             await close_handler_connections()
@@ -237,7 +281,29 @@ class Worker:
             self.completer.stale,
             self.handed_back,
         )
-        return 0
+        return 0 if clean else 1
+
+    async def _wind_down(self, dispatching: list[asyncio.Task[None]]) -> bool:
+        """Steps 1-4 of the shutdown within their bound; False if it was hit."""
+        budget = self.config.shutdown_timeout + STOP_GRACE
+        try:
+            await asyncio.wait_for(self._finish(dispatching), budget)
+        except (TimeoutError, psycopg.Error) as exc:
+            log.error(
+                "could not finish stopping within %ss (%s; is the database reachable?); "
+                "exiting with %s attempts open: they are rescued once this worker's heartbeat "
+                "is stale",
+                budget,
+                exc.__class__.__name__,
+                self.inflight,
+            )
+            return False
+        return True
+
+    async def _finish(self, dispatching: list[asyncio.Task[None]]) -> None:
+        await asyncio.gather(*dispatching)
+        await self._drain_inflight()
+        await self.completer.stop()
 
     async def _until_drained(self) -> None:
         """--burst: stop once no selected queue has available, running or due work."""
@@ -247,7 +313,7 @@ class Worker:
                 continue
             try:
                 await self.promoter.run_once()
-                busy = await self._run(queues_have_work(self.config.queue_names))
+                busy = await self._run(queues_have_work(self._physical_queues()))
             except psycopg.Error as exc:
                 # The database is away (a restart, a dropped connection): ask
                 # again on the next tick, as every periodic service does.
@@ -255,6 +321,28 @@ class Worker:
                 continue
             if not busy and not self.inflight:
                 self.request_stop()
+
+    def _physical_queues(self) -> list[str]:
+        """Every physical queue the dispatchers claim (stripes included)."""
+        return [name for d in self.dispatchers for name in d.stripes.queues]
+
+    async def _claim_leftover_stripes(self) -> None:
+        """Also claim stripes beyond ``QUEUE_STRIPE_COUNT`` that still hold jobs
+        (the count was lowered): until they are empty, nothing is stranded."""
+        found = await self._run(
+            stripe_store.leftover(self.config.queue_names, self.config.settings.queue_stripe_count)
+        )
+        for dispatcher in self.dispatchers:
+            extra = found.get(dispatcher.name)
+            if extra:
+                log.warning(
+                    "queue %s: stripes %s lie beyond QUEUE_STRIPE_COUNT (%s) and still hold "
+                    "jobs; this worker claims them too until it stops",
+                    dispatcher.name,
+                    ", ".join(extra),
+                    self.config.settings.queue_stripe_count,
+                )
+                dispatcher.stripes.add(extra)
 
     async def _drain_inflight(self) -> None:
         tasks = [task for d in self.dispatchers for _, _, task in d.inflight.values()]
@@ -292,8 +380,11 @@ async def close_handler_connections() -> None:
         await sync_to_async(connections.close_all)()
 
 
-def run_worker(config: WorkerConfig) -> int:
-    """Run one worker process until it is stopped; returns its exit code."""
+def run_worker(config: WorkerConfig, health_slot: HealthSlot | None = None) -> int:
+    """Run one worker process until it is stopped; returns its exit code.
+
+    ``health_slot``: a child of ``--processes`` reports its health there.
+    """
     for module in config.imports:
         importlib.import_module(module)
-    return asyncio.run(Worker(config).run())
+    return asyncio.run(Worker(config, health_slot=health_slot).run())

@@ -68,19 +68,35 @@ def decode_claimed(rows: list[Row], queue: str, claim_nonce: int) -> list[Claime
 
 @operation
 def claim(
-    queue: str, limit: int, runtime_id: uuid.UUID, deadline: float, aging_interval: float
+    queue: str,
+    limit: int,
+    runtime_id: uuid.UUID,
+    deadline: float,
+    aging_interval: float,
+    stripes: Sequence[str] = (),
 ) -> Steps[list[ClaimedJob]]:
     """Claim up to ``limit`` ready jobs of ``queue`` for ``runtime_id``.
 
     ``deadline`` (seconds, 0 = none) bounds each attempt; ``aging_interval``
     (seconds, 0 = off) lifts a waiting lane one priority level per interval.
+    ``stripes``: the physical queues of a striped ``queue``, in the order
+    to visit them (see :mod:`awa_django.stripes`); none, or one, for an
+    unstriped queue.  The jobs carry the logical ``queue``.
     Each claim draws a fresh random nonce (see :class:`ClaimedJob`); only a
     claim that committed can be closed, so a reverted one never matches.
     """
     nonce = random.getrandbits(63)  # the bigint range; not a secret, only unrepeatable
-    rows = yield Execute.named(
-        "runtime", "claim_ready", [queue, limit, runtime_id, deadline, aging_interval, nonce]
-    )
+    if len(stripes) > 1:
+        rows = yield Execute.named(
+            "runtime",
+            "claim_striped",
+            [queue, list(stripes), limit, runtime_id, deadline, aging_interval, nonce],
+        )
+    else:
+        physical = stripes[0] if stripes else queue
+        rows = yield Execute.named(
+            "runtime", "claim_ready", [physical, limit, runtime_id, deadline, aging_interval, nonce]
+        )
     return decode_claimed(rows, queue, nonce)
 
 

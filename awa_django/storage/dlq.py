@@ -4,6 +4,9 @@ Retry and purge take job ids and return the ids they touched; the
 ``*_matching`` forms work through every entry matching a filter in bounded
 batches, one transaction each in autocommit, so a bulk retry of a large DLQ
 never holds one long transaction or many row locks at once.
+
+A queue filter covers every stripe of a striped queue and entries carry the
+logical queue name (:mod:`awa_django.stripes`).
 """
 
 from __future__ import annotations
@@ -12,8 +15,13 @@ import datetime as dt
 import json
 from collections.abc import Sequence
 
+from .. import stripes
 from ..records import DlqEntry
 from .base import Execute, Row, Steps, int_array, operation, single
+
+
+def _queues(queue: str | None) -> list[str] | None:
+    return None if queue is None else list(stripes.physical_queues(queue))
 
 
 def _entry(row: Row) -> DlqEntry:
@@ -39,7 +47,7 @@ def _entry(row: Row) -> DlqEntry:
     return DlqEntry(
         job_id=job_id,
         kind=kind,
-        queue=queue,
+        queue=stripes.logical_queue(queue),
         priority=priority,
         args=json.loads(args),
         kwargs=json.loads(kwargs),
@@ -62,7 +70,8 @@ def dlq_list(
     *, queue: str | None = None, kind: str | None = None, limit: int = 100
 ) -> Steps[list[DlqEntry]]:
     """DLQ entries matching the filters, most recently moved first."""
-    rows = yield Execute.named("dlq", "dlq_list", {"queue": queue, "kind": kind, "limit": limit})
+    params = {"queues": _queues(queue), "kind": kind, "limit": limit}
+    rows = yield Execute.named("dlq", "dlq_list", params)
     return [_entry(row) for row in rows]
 
 
@@ -71,7 +80,7 @@ def count(
     *, queue: str | None = None, kind: str | None = None, moved_before: dt.datetime | None = None
 ) -> Steps[int]:
     """How many DLQ entries match the filters."""
-    params = {"queue": queue, "kind": kind, "moved_before": moved_before}
+    params = {"queues": _queues(queue), "kind": kind, "moved_before": moved_before}
     return int(single((yield Execute.named("dlq", "dlq_count", params))))
 
 
@@ -102,15 +111,17 @@ def _in_batches(
     """Pick matching entries ``batch_size`` at a time and apply ``statement``
     (``dlq_retry`` or ``dlq_purge``) to each batch; returns how many it touched."""
     total = 0
-    while True:
-        chosen = [queue, kind, moved_before, batch_size]
-        ids = single((yield Execute.named("dlq", "dlq_select", chosen)))
-        if not ids:
-            return total
-        rows = yield Execute.named("dlq", statement, [int_array(ids), *extra])
-        total += len(rows)
-        if len(ids) < batch_size:
-            return total
+    for name in [None] if queue is None else stripes.physical_queues(queue):
+        while True:
+            chosen = [name, kind, moved_before, batch_size]
+            ids = single((yield Execute.named("dlq", "dlq_select", chosen)))
+            if not ids:
+                break
+            rows = yield Execute.named("dlq", statement, [int_array(ids), *extra])
+            total += len(rows)
+            if len(ids) < batch_size:
+                break
+    return total
 
 
 @operation

@@ -3,8 +3,10 @@
 Producers run these through the sync runner on Django's connection for the
 job's database alias, so they are part of whatever transaction the caller
 has open.  Lane sequencing, shard routing and notification live in SQL
-(``awa.enqueue_job`` and ``awa.reserve_ready_batch``) so every producer
-path shares one implementation.  The batch path is an atomic operation (a
+(``awa.enqueue_job`` and ``awa.reserve_ready_batch_v2``) so every producer
+path shares one implementation; the stripe of a striped queue is chosen
+here (:mod:`awa_django.stripes`), and the references returned name the
+logical queue.  The batch path is an atomic operation (a
 savepoint when the caller already has a transaction), so a failure leaves
 nothing half-written and the caller's transaction usable.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Sequence
 
+from .. import stripes
 from ..exceptions import UniqueConflict
 from ..records import EnqueuedJob, PreparedJob
 from .base import Copy, Execute, Row, Steps, atomic_operation, operation
@@ -25,7 +28,7 @@ ON_CONFLICT = ("raise", "skip")
 def _columns(job: PreparedJob) -> list[object]:
     """The job columns of ``awa.enqueue_job`` / ``awa.enqueue_unique``."""
     return [
-        job.queue,
+        stripes.route(job.queue, job.ordering_key),
         job.priority,
         job.kind,
         job.args_json,
@@ -106,20 +109,24 @@ def enqueue_many(
     now = dt.datetime.now(dt.UTC)
     ready = [i for i in plain if _due(jobs[i], now)]
     deferred = [i for i in plain if not _due(jobs[i], now)]
+    queues = [job.queue for job in jobs]
+    if stripes.stripe_count() > 1:
+        queues = stripes.route_batch(queues, [job.ordering_key for job in jobs])
     if ready:
         routed = yield Execute.named(
             "enqueue",
             "reserve_ready_batch",
             [
-                [jobs[i].queue for i in ready],
+                [queues[i] for i in ready],
                 [jobs[i].priority for i in ready],
                 [jobs[i].ordering_key for i in ready],
+                [jobs[i].run_at for i in ready],
             ],
         )
-        yield Copy(_sql("copy_ready"), _ready_rows(jobs, ready, routed, ids))
+        yield Copy(_sql("copy_ready"), _ready_rows(jobs, queues, ready, routed, ids))
     if deferred:
         reserved = yield Execute.named("enqueue", "reserve_job_ids", [len(deferred)])
-        yield Copy(_sql("copy_deferred"), _deferred_rows(jobs, deferred, reserved, ids))
+        yield Copy(_sql("copy_deferred"), _deferred_rows(jobs, queues, deferred, reserved, ids))
     return ids
 
 
@@ -146,7 +153,11 @@ def _array_literal(values: list[str]) -> str:
 
 
 def _ready_rows(
-    jobs: Sequence[PreparedJob], ready: list[int], routed: list[Row], ids: list[int | None]
+    jobs: Sequence[PreparedJob],
+    queues: Sequence[str],
+    ready: list[int],
+    routed: list[Row],
+    ids: list[int | None],
 ) -> str:
     """The COPY text for the ready rows (formatted here: psycopg's per-row
     adaptation costs more than the whole insert on large batches).
@@ -161,7 +172,7 @@ def _ready_rows(
         item = jobs[index]
         ids[index] = job_id
         lines.append(
-            f"{slot}\t{generation}\t{esc(item.queue)}\t{item.priority}\t{shard}\t{lane_seq}\t"
+            f"{slot}\t{generation}\t{esc(queues[index])}\t{item.priority}\t{shard}\t{lane_seq}\t"
             f"{job_id}\t{_body(item, esc)}\t{created_at}\t"
             f"{created_at if item.run_at is None else item.run_at.isoformat()}\n"
         )
@@ -169,7 +180,11 @@ def _ready_rows(
 
 
 def _deferred_rows(
-    jobs: Sequence[PreparedJob], deferred: list[int], reserved: list[Row], ids: list[int | None]
+    jobs: Sequence[PreparedJob],
+    queues: Sequence[str],
+    deferred: list[int],
+    reserved: list[Row],
+    ids: list[int | None],
 ) -> str:
     """The COPY text for ``deferred_jobs`` rows (scheduled for later)."""
     esc = _escaper()
@@ -178,7 +193,7 @@ def _deferred_rows(
         item = jobs[index]
         ids[index] = job_id
         lines.append(
-            f"{job_id}\tscheduled\t{esc(item.queue)}\t{item.priority}\t{_body(item, esc)}\t"
+            f"{job_id}\tscheduled\t{esc(queues[index])}\t{item.priority}\t{_body(item, esc)}\t"
             f"{created_at.isoformat()}\t{item.run_at.isoformat() if item.run_at else _NULL}\n"
         )
     return "".join(lines)

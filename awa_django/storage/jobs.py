@@ -1,4 +1,9 @@
-"""Reading jobs through the ``awa.jobs`` view (JSON columns arrive as text)."""
+"""Reading jobs through the ``awa.jobs`` view (JSON columns arrive as text).
+
+A queue filter covers every stripe of a striped queue
+(:func:`awa_django.stripes.physical_queues`), and the jobs read carry the
+logical queue name.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,13 @@ import json
 from typing import Any
 
 from ..records import JOB_STATES, JobInfo, JobPage
+from ..stripes import logical_queue, physical_queues
 from .base import Execute, Row, Steps, operation
+
+
+def _queues(queue: str | None) -> list[str] | None:
+    """The physical queues a filter on logical ``queue`` reads (None: every queue)."""
+    return None if queue is None else list(physical_queues(queue))
 
 
 def _decode(text: str | None, default: Any = None) -> Any:
@@ -40,7 +51,7 @@ def job_info(row: Row) -> JobInfo:
     return JobInfo(
         id=job_id,
         kind=kind,
-        queue=queue,
+        queue=logical_queue(queue),
         priority=priority,
         state=state,
         attempt=attempt,
@@ -83,7 +94,9 @@ def list_jobs(
 ) -> Steps[list[JobInfo]]:
     """Jobs matching every given filter, oldest id first."""
     rows = yield Execute.named(
-        "jobs", "list_jobs", {"queue": queue, "state": state, "kind": kind, "limit": limit}
+        "jobs",
+        "list_jobs",
+        {"queues": _queues(queue), "state": state, "kind": kind, "limit": limit},
     )
     return [job_info(row) for row in rows]
 
@@ -111,7 +124,7 @@ def job_page(
             "floor": floor,
             "limit": limit,
             "state": state,
-            "queue": queue,
+            "queues": _queues(queue),
             "kind": kind,
             "priority": priority,
             "tag": tag,
@@ -158,15 +171,18 @@ def browse(
 @operation
 def job_states(queue: str) -> Steps[list[tuple[int, str]]]:
     """(id, state) of every job of ``queue`` the read view shows, by id."""
-    rows = yield Execute.named("jobs", "job_states", {"queue": queue})
+    rows = yield Execute.named("jobs", "job_states", {"queues": _queues(queue)})
     return [(job_id, state) for job_id, state in rows]
 
 
 @operation
 def queue_counts(queue: str) -> Steps[dict[str, int]]:
-    """Jobs of ``queue`` per state (live rows plus the rollups of pruned ones)."""
-    counts = dict.fromkeys(JOB_STATES, 0)
-    rows = yield Execute.named("jobs", "queue_counts", {"queue": queue})
+    """Jobs of ``queue`` per state (live rows plus the rollups of pruned ones),
+    and under ``"paused"`` whether the queue is paused (a bool)."""
+    counts: dict[str, int] = dict.fromkeys(JOB_STATES, 0)
+    rows = yield Execute.named("jobs", "queue_counts", {"queues": _queues(queue)})
     for state, count in rows:
         counts[state] = count
+    paused = yield Execute.named("queues", "queue_paused", {"queue": queue})
+    counts["paused"] = bool(paused)
     return counts

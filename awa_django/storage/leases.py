@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..records import ClaimedJob
+from ..stripes import physical_names
 from .base import Execute, Steps, int_array, operation, single
 
 #: What resolving a callback can do (the HTTP receiver's actions).
@@ -96,8 +97,17 @@ def resolve_callback(
 ) -> Steps[str | None]:
     """Apply ``action`` (see :data:`CALLBACK_ACTIONS`) to the attempt waiting
     for ``callback_id``; returns its new state, or None when no live attempt
-    has that callback.  ``payload`` is JSON text."""
-    params = [callback_id, action, payload, error, dlq_default, list(dlq_on), list(dlq_off)]
+    has that callback.  ``payload`` is JSON text.  ``dlq_on`` / ``dlq_off``
+    name logical queues (their stripes follow them)."""
+    params = [
+        callback_id,
+        action,
+        payload,
+        error,
+        dlq_default,
+        physical_names(dlq_on),
+        physical_names(dlq_off),
+    ]
     value = single((yield Execute.named("leases", "resolve_callback", params)))
     return None if value is None else str(value)
 

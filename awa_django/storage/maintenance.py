@@ -12,13 +12,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..stripes import physical_names
 from .base import Execute, Steps, operation, single
 
 # 'AWA_MAIN' as a 64-bit advisory lock key: the one maintenance leader.
 LEADER_LOCK_KEY = 0x4157415F4D41494E
 RINGS = ("queue", "claim", "lease")
 ROTATE_OUTCOMES = ("rotated", "skipped_idle", "skipped_busy")
-PRUNE_OUTCOMES = ("pruned", "already_pruned", "skipped_busy", "blocked")
+PRUNE_OUTCOMES = ("pruned", "already_pruned", "skipped_busy", "blocked", "horizon_unreadable")
+#: The prune outcome of a role that cannot read other sessions' transactions in
+#: ``pg_stat_activity`` (no superuser, no ``pg_read_all_stats``): nothing was
+#: truncated, as prune could not prove that no snapshot still reads the slot.
+HORIZON_UNREADABLE = "horizon_unreadable"
 # A prune waits this long for its ACCESS EXCLUSIVE lock, then gives up until
 # the next tick ("blocked"): claims and closes queue behind a waiting lock.
 PRUNE_LOCK_TIMEOUT_MS = 10
@@ -43,6 +48,15 @@ def holds_lead() -> Steps[bool]:
 @operation
 def release_lead() -> Steps[None]:
     yield from _scalar("release_lead", [LEADER_LOCK_KEY])
+
+
+@operation
+def depose_silent_leader(silent_for: float) -> Steps[int | None]:
+    """Terminate the leader's election session if it ran no statement for
+    ``silent_for`` seconds (its process stopped, its host vanished); returns
+    the backend pid terminated, or None."""
+    rows = yield Execute.named("maintenance", "depose_silent_leader", [LEADER_LOCK_KEY, silent_for])
+    return next((int(pid) for pid, terminated in rows if terminated), None)
 
 
 @operation
@@ -71,9 +85,27 @@ def prune(
 
     Needs a READ COMMITTED transaction (autocommit is): the check under the
     lock must see what committed while prune waited for it.  The lock hold
-    is recorded in ``awa.ring_status.last_prune_exclusive_ms``.
+    is recorded in ``awa.ring_status.last_prune_exclusive_ms``.  A role that
+    cannot read the transaction horizon gets :data:`HORIZON_UNREADABLE` and
+    truncates nothing (``v020_roles.sql``).
     """
     return str((yield from _scalar("prune_ring", [ring, lock_timeout_ms, failed_retention])))
+
+
+@operation
+def prune_horizon() -> Steps[dict[str, Any]]:
+    """Whether prune can read every session's transaction horizon: as this
+    session's role (``role``, ``readable``) and as the maintenance leader's
+    (``leader_role``, ``leader_readable``; None when no process leads)."""
+    role, readable, leader_role, leader_readable = (
+        yield Execute.named("maintenance", "prune_horizon", [LEADER_LOCK_KEY])
+    )[0]
+    return {
+        "role": role,
+        "readable": bool(readable),
+        "leader_role": leader_role,
+        "leader_readable": None if leader_role is None else bool(leader_readable),
+    }
 
 
 @operation
@@ -86,8 +118,11 @@ def rescue(
     dlq_off: Sequence[str],
     limit: int,
 ) -> Steps[int]:
-    """Close up to ``limit`` abandoned attempts ('stale_heartbeat' or 'deadline_expired')."""
-    params = [reason, staleness, dlq_default, list(dlq_on), list(dlq_off), limit]
+    """Close up to ``limit`` abandoned attempts ('stale_heartbeat' or 'deadline_expired').
+
+    ``dlq_on`` / ``dlq_off`` name logical queues (their stripes follow them)."""
+    on, off = physical_names(dlq_on), physical_names(dlq_off)
+    params = [reason, staleness, dlq_default, on, off, limit]
     return int((yield from _scalar("rescue_attempts", params)))
 
 

@@ -1,10 +1,17 @@
-"""Queue control (pause, resume, drain) and the per-queue view of the console."""
+"""Queue control (pause, resume, drain) and the per-queue view of the console.
+
+A striped queue (:mod:`awa_django.stripes`) is one queue here: its pause
+is the logical queue's control row (the claim checks it for every stripe),
+drain and enqueue shards apply to each stripe, and the reads report
+logical names, with the stripes' counts summed.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
 
+from .. import stripes
 from ..records import DescriptorInfo
 from . import descriptors
 from .base import Execute, Steps, atomic_operation, operation
@@ -27,9 +34,13 @@ def resume(queue: str) -> Steps[bool]:
 
 @atomic_operation
 def drain(queue: str, reason: str) -> Steps[int]:
-    """Cancel every available and scheduled job of ``queue``; returns how many."""
-    rows = yield Execute.named("queues", "drain_queue", {"queue": queue, "reason": reason})
-    return int(rows[0][0])
+    """Cancel every available and scheduled job of ``queue`` (of each of its
+    stripes); returns how many."""
+    drained = 0
+    for name in stripes.physical_queues(queue):
+        rows = yield Execute.named("queues", "drain_queue", {"queue": name, "reason": reason})
+        drained += int(rows[0][0])
+    return drained
 
 
 @operation
@@ -39,28 +50,39 @@ def state_counts() -> Steps[dict[str, dict[str, int]]]:
     counts: dict[str, dict[str, int]] = {}
     for queue, state, n in rows:
         counts.setdefault(queue, {})[state] = int(n)
-    return counts
+    return stripes.fold(counts)
 
 
 @operation
 def meta() -> Steps[dict[str, tuple[dt.datetime | None, int]]]:
     """``queue -> (paused_at, enqueue_shards)`` of every queue with a control row."""
     rows = yield Execute.named("queues", "queue_meta")
-    return {queue: (paused_at, shards) for queue, paused_at, shards in rows}
+    # A stripe's row only repeats its queue's enqueue shards.
+    return {
+        queue: (paused_at, shards)
+        for queue, paused_at, shards in rows
+        if stripes.stripe_index(queue) is None
+    }
 
 
-@operation
+@atomic_operation
 def set_enqueue_shards(queue: str, shards: int) -> Steps[int]:
-    """Set how many enqueue shards (lanes per priority) ``queue`` has; returns the old count."""
-    rows = yield Execute.named("queues", "set_enqueue_shards", {"queue": queue, "shards": shards})
-    return int(rows[0][0])
+    """Set how many enqueue shards (lanes per priority) ``queue`` (each of its
+    stripes) has; returns the old count of the queue."""
+    before = None
+    for name in stripes.physical_queues(queue):
+        params = {"queue": name, "shards": shards}
+        rows = yield Execute.named("queues", "set_enqueue_shards", params)
+        before = int(rows[0][0]) if before is None else before
+    assert before is not None
+    return before
 
 
 @operation
 def known() -> Steps[list[str]]:
     """Every queue the database knows of (lanes, control rows, descriptors, rollups)."""
     rows = yield Execute.named("queues", "known_queues")
-    return sorted(queue for (queue,) in rows)
+    return sorted({stripes.logical_queue(queue) for (queue,) in rows})
 
 
 @operation
@@ -93,6 +115,38 @@ def sample(keep: float) -> Steps[int]:
 def samples(
     since: dt.datetime, queue: str | None = None
 ) -> Steps[list[tuple[dt.datetime, str, dict[str, int]]]]:
-    """``(sampled_at, queue, counts)`` since ``since``, oldest first."""
-    rows = yield Execute.named("queues", "queue_samples", {"since": since, "queue": queue})
-    return [(at, name, json.loads(counts)) for at, name, counts in rows]
+    """``(sampled_at, queue, counts)`` since ``since``, oldest first (a striped
+    queue's stripes summed into one row per sample)."""
+    names = None if queue is None else list(stripes.physical_queues(queue))
+    rows = yield Execute.named("queues", "queue_samples", {"since": since, "queues": names})
+    summed: dict[tuple[dt.datetime, str], dict[str, int]] = {}
+    for at, name, counts in rows:
+        into = summed.setdefault((at, stripes.logical_queue(name)), {})
+        for state, n in json.loads(counts).items():
+            into[state] = into.get(state, 0) + n
+    return [(at, name, counts) for (at, name), counts in sorted(summed.items())]
+
+
+@operation
+def gauges() -> Steps[list[tuple[str, int, int, int, float, bool]]]:
+    """``(queue, available, scheduled, running, lag, paused)`` of every queue
+    with lanes, a control row or live jobs, cheap enough to read every few
+    seconds: exact counts from the lane heads and the small tables, never a
+    walk over the ready ring.  ``scheduled`` counts every deferred job
+    (scheduled, or waiting to retry); ``lag`` is the age in seconds of the
+    oldest available job (0 when none waits), read from the head of each lane.
+    A striped queue is one row: its stripes' counts summed, the oldest lag,
+    paused when its control row says so."""
+    rows = yield Execute.named("queues", "queue_gauges")
+    merged: dict[str, tuple[int, int, int, float, bool]] = {}
+    for name, available, scheduled, running, lag, paused in rows:
+        queue = stripes.logical_queue(name)
+        a, s, r, oldest, off = merged.get(queue, (0, 0, 0, 0.0, False))
+        merged[queue] = (
+            a + int(available),
+            s + int(scheduled),
+            r + int(running),
+            max(oldest, float(lag)),
+            off or bool(paused),
+        )
+    return [(queue, *values) for queue, values in merged.items()]

@@ -20,9 +20,11 @@ def register(
 
 
 @operation
-def heartbeat(runtime_id: uuid.UUID) -> Steps[None]:
-    """Refresh the heartbeat that keeps every receipt of this runtime alive."""
-    yield Execute.named("runtime", "heartbeat_runtime", [runtime_id])
+def heartbeat(runtime_id: uuid.UUID) -> Steps[bool]:
+    """Refresh the heartbeat that keeps every receipt of this runtime alive;
+    False when the runtime has no row (cleanup removed it: register again)."""
+    rows = yield Execute.named("runtime", "heartbeat_runtime", [runtime_id])
+    return bool(rows)
 
 
 @operation

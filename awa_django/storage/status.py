@@ -3,8 +3,10 @@
 Everything here is read-only and cheap: ring cursors from the ledgers, last
 outcomes and the last prune's lock hold from ``ring_status``, per-slot
 occupancy and dead tuples from PostgreSQL's statistics views (estimates,
-not scans), the leader from ``pg_locks``; the capacity of each queue from
-the settings and the live overrides (:func:`capacity_status`).
+not scans), the leader from ``pg_locks``, whether the leader's role may
+prune at all (it must read the transaction horizon, see
+``v020_roles.sql``); the capacity of each queue from the settings and the
+live overrides (:func:`capacity_status`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from ..conf import AwaSettings
 from ..overrides import capacity
 from . import overrides
 from .base import Execute, Row, Steps, operation, single
-from .maintenance import LEADER_LOCK_KEY, RINGS
+from .maintenance import HORIZON_UNREADABLE, LEADER_LOCK_KEY, RINGS, prune_horizon
 
 HOT_TABLES = (
     "ready_entries",
@@ -92,6 +94,7 @@ def storage_status() -> Steps[dict[str, Any]]:
     leader = yield _named("leader", [LEADER_LOCK_KEY])
     deferred, due, receipts, runtimes, dlq = (yield _named("backlog"))[0]
     size = single((yield _named("schema_size")))
+    horizon = yield from prune_horizon().steps
 
     rings: dict[str, Any] = {}
     for ring, slot, generation, rotated_at, slot_count in cursors:
@@ -121,13 +124,21 @@ def storage_status() -> Steps[dict[str, Any]]:
                 # not included (see v010_short_prune.sql).
                 rings[ring]["last_prune_exclusive_ms"] = held
     hot = hot_table_totals(stats)
+    horizon["refused_rings"] = [
+        ring
+        for ring in RINGS
+        if (rings.get(ring, {}).get("prune") or {}).get("outcome") == HORIZON_UNREADABLE
+    ]
     return {
         "rings": {ring: rings[ring] for ring in RINGS if ring in rings},
+        "prune_horizon": horizon,
         "leader": (
             {
                 "application_name": leader[0][0],
                 "pid": leader[0][1],
-                "since": leader[0][2].isoformat(),
+                # Another role's session: PostgreSQL hides its start (and name)
+                # from a role without pg_read_all_stats.
+                "since": leader[0][2].isoformat() if leader[0][2] is not None else None,
             }
             if leader
             else None

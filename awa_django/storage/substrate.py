@@ -24,7 +24,7 @@ from ..sql import schema_file
 from .base import Execute, Steps, operation, single
 
 # The substrate version this code needs (the last vNNN file).
-SCHEMA_VERSION = 18
+SCHEMA_VERSION = 20
 
 
 class RunAwaSQL(migrations.RunSQL):
@@ -82,3 +82,9 @@ def installed_version() -> Steps[int | None]:
     if not single((yield Execute.named("substrate", "substrate_installed"))):
         return None
     return int(single((yield Execute.named("substrate", "schema_version"))))
+
+
+@operation
+def ping() -> Steps[None]:
+    """One round trip (``SELECT 1``): the database answers on this connection."""
+    yield Execute.named("substrate", "ping")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from ..stripes import physical_queues
 from .attempts import promote_due
 from .base import Execute, Steps, operation, single
 
@@ -19,7 +20,8 @@ def promote_until(until: dt.datetime, queue: str | None, batch_size: int) -> Ste
     """Move every deferred job of ``queue`` (every queue when None) due by
     ``until`` to the ready ring; returns how many jobs the promotion moved
     (jobs already due by the database's clock, of any queue, included)."""
-    yield Execute.named("testing", "bring_forward", {"until": until, "queue": queue})
+    queues = None if queue is None else list(physical_queues(queue))
+    yield Execute.named("testing", "bring_forward", {"until": until, "queues": queues})
     timeout = single((yield Execute.named("testing", "lock_timeout")))
     moved = yield from promote_due(batch_size).steps
     yield Execute.named("testing", "set_lock_timeout", [timeout])

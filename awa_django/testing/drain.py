@@ -47,6 +47,7 @@ from ..runtime.executor import call_handler, context_for, definition_for, with_p
 from ..storage import testing as testing_store
 from ..storage.attempts import claim, close_attempts
 from ..storage.base import run
+from ..stripes import logical_queue, physical_queues
 
 #: The runtime id drain's claims carry (no worker registers it).
 DRAIN_RUNTIME_ID = uuid.UUID("00000000-0000-4000-8000-0000000d4a17")
@@ -110,9 +111,15 @@ def drain(
 def _claim_ready(
     queue: str | None, left: int | None, settings: AwaSettings, database: str | None
 ) -> list[ClaimedJob]:
-    names = [queue] if queue is not None else run(testing_store.queues_to_claim(), database)
+    # Logical queue -> the physical queues (stripes) to claim it from.
+    targets: dict[str, list[str]] = {}
+    if queue is not None:
+        targets[queue] = list(physical_queues(queue))
+    else:
+        for name in run(testing_store.queues_to_claim(), database):
+            targets.setdefault(logical_queue(name), []).append(name)
     claimed: list[ClaimedJob] = []
-    for name in names:
+    for name, stripes in targets.items():
         policy = settings.queue(name)
         while left is None or len(claimed) < left:
             wanted = CLAIM_BATCH if left is None else min(CLAIM_BATCH, left - len(claimed))
@@ -123,6 +130,7 @@ def _claim_ready(
                     DRAIN_RUNTIME_ID,
                     policy.deadline,
                     policy.priority_aging_interval,
+                    stripes,
                 ),
                 database,
             )

@@ -71,8 +71,9 @@ def _check_signature(secret: str, body: bytes, header: str | None) -> None:
     if given[: len(SIGNATURE_PREFIX)].lower() == SIGNATURE_PREFIX:
         given = given[len(SIGNATURE_PREFIX) :]
     # Bytes on both sides: compare_digest refuses non-ASCII str, and a header
-    # may hold anything.
-    if not hmac.compare_digest(given.lower().encode(), sign(secret, body).encode()):
+    # may hold anything (even a lone surrogate, which UTF-8 cannot encode).
+    given_bytes = given.lower().encode("utf-8", "replace")
+    if not hmac.compare_digest(given_bytes, sign(secret, body).encode()):
         raise _Rejected(403, f"{SIGNATURE_HEADER} does not match the request body")
 
 

@@ -10,11 +10,20 @@ turned into one); add a check by adding a function to the probe's tuple.
 
 The checks are cheap on purpose -- no ORM model, no table scan: probes run
 every few seconds on every instance.
+
+These are the probes of a web process.  A worker answers its own on its
+health listener (``awa_worker --health-addr``, :mod:`awa_django.runtime.health`),
+where liveness is its event loop and readiness adds what only the worker
+knows (registered, dispatching, not shutting down).  :func:`workers_serving`
+is deliberately not a web readiness check: a site whose workers are down
+still takes requests and enqueues, and taking it out of the load balancer
+would turn a backlog into an outage.  ``manage.py awa_health
+--require-workers`` runs it for monitoring.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 
 from django.core.exceptions import ImproperlyConfigured
@@ -22,7 +31,8 @@ from django.db import DatabaseError, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 
-from ..storage import substrate
+from ..conf import awa_settings
+from ..storage import runtimes, substrate
 from ..storage.base import run
 from ..storage.connection import alias_for, django_connection
 from . import method_not_allowed
@@ -67,6 +77,17 @@ def substrate_installed(alias: str) -> None:
         )
 
 
+def workers_serving(alias: str) -> None:
+    """Every queue of ``AWA["QUEUES"]`` is listed by a live runtime (a heartbeat
+    within ``HEARTBEAT_STALENESS``).  Not a web readiness check (see above)."""
+    settings = awa_settings()
+    live = run(runtimes.list_runtimes(settings.heartbeat_staleness), alias)
+    served = {queue for info in live if info.alive for queue in info.queues}
+    missing = [queue for queue in settings.queues if queue not in served]
+    if missing:
+        raise Unavailable(f"no live worker serves {', '.join(missing)}")
+
+
 LIVENESS_CHECKS: Sequence[HealthCheck] = (database_answers,)
 READINESS_CHECKS: Sequence[HealthCheck] = (database_answers, substrate_installed)
 
@@ -87,6 +108,35 @@ def failed_check(checks: Sequence[HealthCheck], database: str | None = None) -> 
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         return f"{type(exc).__name__}: {first_line}"
     return None
+
+
+#: What each check is called in ``manage.py awa_health`` and its JSON.
+CHECK_NAMES: Mapping[HealthCheck, str] = {
+    database_answers: "database",
+    substrate_installed: "substrate",
+    workers_serving: "workers",
+}
+
+
+def check_each(
+    checks: Sequence[HealthCheck], database: str | None = None
+) -> dict[str, dict[str, object]]:
+    """Run every check; ``{name: {"ok": True} | {"ok": False, "error": reason}}``.
+
+    Unlike a probe, a failing check does not hide the next ones -- except
+    that nothing else is tried once the database does not answer.
+    """
+    results: dict[str, dict[str, object]] = {}
+    unreachable = False
+    for check in checks:
+        name = CHECK_NAMES.get(check, check.__name__)
+        if unreachable:
+            results[name] = {"ok": False, "error": "not checked: the database does not answer"}
+            continue
+        reason = failed_check([check], database)
+        results[name] = {"ok": True} if reason is None else {"ok": False, "error": reason}
+        unreachable = reason is not None and check is database_answers
+    return results
 
 
 def _probe(

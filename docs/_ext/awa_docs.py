@@ -10,6 +10,12 @@
     The help text and every flag of ``manage.py NAME`` (subcommands
     included), read from the command's own argparse parser.  Django's common
     options (``--verbosity``, ``--settings``, ...) are left out.
+``awa-metrics``
+    Every metric of :mod:`awa_django.observability.metrics` under its
+    Prometheus name, with its type, labels and description.
+``awa-otel-metrics``
+    The same metrics as OpenTelemetry instruments: name, instrument, unit,
+    attributes and description.
 
 Nodes are built directly (no generated markup to re-parse), so the
 directives behave the same in MyST and reStructuredText pages.  Text
@@ -241,8 +247,64 @@ def subcommand_sections(prefix: str, parser: argparse.ArgumentParser) -> list[no
     return result
 
 
+# --- metrics ----------------------------------------------------------------------
+
+
+class MetricsDirective(SphinxDirective):
+    has_content = False
+
+    def run(self) -> list[nodes.Node]:
+        from awa_django.observability import metrics
+
+        self.env.note_dependency(metrics.__file__)
+        body = []
+        for metric in metrics.ALL:
+            name = metrics.prometheus_name(metric)
+            labels = ", ".join(metric.attributes) or "-"
+            body.append(
+                [
+                    _cell(nodes.literal(name, name)),
+                    _cell(metric.instrument),
+                    _cell(labels),
+                    _cell(*inline(metric.description)),
+                ]
+            )
+        return [table(["Prometheus name", "Type", "Labels", "Description"], body, [34, 10, 18, 38])]
+
+
+# How the OpenTelemetry observer builds each kind of the table.
+_OTEL_INSTRUMENTS = {
+    "counter": "Counter (asynchronous)",
+    "histogram": "Histogram",
+    "gauge": "Gauge (asynchronous)",
+}
+
+
+class OtelMetricsDirective(SphinxDirective):
+    has_content = False
+
+    def run(self) -> list[nodes.Node]:
+        from awa_django.observability import metrics
+
+        self.env.note_dependency(metrics.__file__)
+        body = [
+            [
+                _cell(nodes.literal(metric.name, metric.name)),
+                _cell(_OTEL_INSTRUMENTS[metric.instrument]),
+                _cell(nodes.literal(metric.unit, metric.unit)),
+                _cell(", ".join(metric.attributes) or "-"),
+                _cell(*inline(metric.description)),
+            ]
+            for metric in metrics.ALL
+        ]
+        headers = ["Instrument name", "Kind", "Unit", "Attributes", "Description"]
+        return [table(headers, body, [28, 14, 9, 16, 33])]
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("awa-settings", SettingsDirective)
     app.add_directive("awa-queue-options", QueueOptionsDirective)
     app.add_directive("awa-command", CommandDirective)
+    app.add_directive("awa-metrics", MetricsDirective)
+    app.add_directive("awa-otel-metrics", OtelMetricsDirective)
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import os
 import threading
 import time
 import uuid
@@ -187,25 +188,71 @@ def crash_probe(ctx, sleep_ms: float = 3.0, record_timeout: float = 60.0) -> str
     seconds): the handler outlives a crash like any handler would.
     """
     token = uuid.uuid4()
-    deadline = time.monotonic() + record_timeout
+    _insert_durably(
+        f"INSERT INTO {CRASH_PROBE_TABLE} (job_id, run_lease, claim_nonce, token)"
+        " VALUES (%s, %s, %s, %s) ON CONFLICT (token) DO NOTHING",
+        [ctx.job_id, ctx.run_lease, ctx.claim_nonce, token],
+        record_timeout,
+    )
+    time.sleep(sleep_ms / 1000)
+    return str(token)
+
+
+def _insert_durably(sql: str, params: list, timeout: float) -> None:
+    """Run one idempotent INSERT with synchronous_commit on, on Django's
+    connection, retrying on a fresh connection for up to ``timeout`` seconds
+    while the server is away (restarted, out of connections, or the session
+    was terminated)."""
+    deadline = time.monotonic() + timeout
     while True:
         try:
             with transaction.atomic(), connection.cursor() as cursor:
                 cursor.execute("SET LOCAL synchronous_commit = on")
                 # A retry after a commit whose answer the crash swallowed
                 # finds its own row: the same execution, already recorded.
-                cursor.execute(
-                    f"INSERT INTO {CRASH_PROBE_TABLE} (job_id, run_lease, claim_nonce, token)"
-                    " VALUES (%s, %s, %s, %s) ON CONFLICT (token) DO NOTHING",
-                    [ctx.job_id, ctx.run_lease, ctx.claim_nonce, token],
-                )
-            break
+                cursor.execute(sql, params)
+            return
         except (OperationalError, InterfaceError):
             connection.close()  # the server went away: reconnect on the next try
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
-    time.sleep(sleep_ms / 1000)
+
+
+# The side table of ``chaos_probe`` (tests/reliability/chaos.py creates it on
+# each scenario's database): one row per execution of the handler.
+CHAOS_PROBE_TABLE = "chaos_probe_runs"
+CHAOS_PROBE_DDL = f"""
+CREATE TABLE {CHAOS_PROBE_TABLE} (
+    job_id      bigint      NOT NULL,
+    run_lease   bigint      NOT NULL,
+    attempt     integer     NOT NULL,
+    pid         integer     NOT NULL,
+    claim_nonce bigint,
+    token       uuid        PRIMARY KEY,
+    recorded_at timestamptz NOT NULL DEFAULT clock_timestamp()
+)
+"""
+
+
+@job(kind="testapp.chaos_probe", takes_context=True)
+def chaos_probe(ctx, work_ms: float = 20.0, record_timeout: float = 120.0) -> str:
+    """Records this execution (job_id, run_lease, attempt, pid), works for
+    ``work_ms``, returns a token unique to the execution.
+
+    Like :func:`crash_probe`, the row is durable before the handler returns
+    and the insert outlives an unreachable server, so the chaos harness can
+    tell, for each completion, which execution produced it and how often
+    each job ran.
+    """
+    token = uuid.uuid4()
+    _insert_durably(
+        f"INSERT INTO {CHAOS_PROBE_TABLE} (job_id, run_lease, attempt, pid, claim_nonce, token)"
+        " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (token) DO NOTHING",
+        [ctx.job_id, ctx.run_lease, ctx.attempt, os.getpid(), ctx.claim_nonce, token],
+        record_timeout,
+    )
+    time.sleep(work_ms / 1000)
     return str(token)
 
 

@@ -155,6 +155,7 @@ def test_run_once_needs_and_uses_the_leadership(reset_awa, queue):
         "cron",
         "queue_samples",
         "batch_ops",
+        "queue_gauges",  # observers are registered (the log lines, at least)
     }
     assert results["queue_ring"] == {"rotate": "skipped_idle", "prune": "already_pruned"}
 

@@ -22,7 +22,7 @@ from awa_django.runtime.config import CompleterConfig, PeriodicConfig
 from awa_django.runtime.executor import context_for
 from awa_django.runtime.heartbeat import Heartbeat
 from awa_django.runtime.progress import ProgressFlusher
-from awa_django.storage import AsyncRunner
+from awa_django.storage import AsyncRunner, runtimes
 from awa_django.storage.attempts import claim, close_attempts, record_progress
 from awa_django.storage.connection import conninfo
 from tests.factories import JobFactory, closure_for
@@ -84,6 +84,23 @@ def test_heartbeat_cancels_attempts_closed_elsewhere(queue):
 
     ctx = asyncio.run(with_runner(scenario))
     assert ctx.is_cancelled()
+
+
+def test_a_runtime_whose_row_was_removed_registers_again(queue):
+    # Cleanup removes a runtime silent for long (a stopped process, a cut
+    # network); when it resumes, its next heartbeat puts the row back.
+    async def scenario(run: AsyncRunner):
+        runtime = uuid.uuid4()
+        beat = Heartbeat(PeriodicConfig(30.0), run, runtime)
+        await beat.register([queue], 1)
+        await run(runtimes.unregister(runtime))
+        await beat.run_once()
+        found = [r for r in await run(runtimes.list_runtimes(90.0)) if r.id == runtime]
+        await beat.unregister()
+        return found
+
+    [found] = asyncio.run(with_runner(scenario))
+    assert (found.alive, found.queues, found.pid) == (True, [queue], 1)
 
 
 def test_progress_is_written_once_per_change(queue):

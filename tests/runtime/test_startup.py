@@ -10,10 +10,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_worker_warns_about_settings_that_do_nothing_yet(queue, start_worker, reset_awa):
-    env = {"AWA_SETTINGS_JSON": json.dumps({"QUEUE_STRIPE_COUNT": 4})}
+    env = {"AWA_SETTINGS_JSON": json.dumps({"TERMINAL_COUNT_ROLLUP_INTERVAL": 5})}
     worker = start_worker("--queue", queue, "--burst", "--no-maintenance", env=env)
     assert worker.wait(timeout=60) == 0
-    assert "AWA[QUEUE_STRIPE_COUNT]" in worker.output()
+    assert "AWA[TERMINAL_COUNT_ROLLUP_INTERVAL]" in worker.output()
     assert "no effect yet" in worker.output()
 
 

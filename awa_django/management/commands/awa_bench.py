@@ -4,12 +4,14 @@ or (``--backlog``, ``--serial``) focused figures of the claim/close hot path."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import platform
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import IO, Any, cast
 
 import django
@@ -24,8 +26,10 @@ from awa_django.management.options import add_database_argument
 from awa_django.payload import check_queue
 from awa_django.storage import status
 from awa_django.storage.base import run
+from awa_django.stripes import MAX_STRIPES
 
 STAGES = ("enqueue", "drain", "latency")
+TELEMETRY = ("on", "off", "both")
 DEFAULT_BACKLOG = "100,10000,100000"
 DEFAULT_SERIAL_JOBS = 2_000
 DEFAULT_HOT_JOBS = 4_000
@@ -42,6 +46,19 @@ def backlog_sizes(value: str) -> tuple[int, ...]:
             f"{value!r}: expected comma-separated positive job counts, e.g. {DEFAULT_BACKLOG}"
         )
     return sizes
+
+
+def stripe_counts(value: str) -> tuple[int, ...]:
+    """``--stripes`` value: comma-separated stripe counts, 1 to 64."""
+    try:
+        counts = tuple(int(part) for part in value.split(",") if part.strip())
+    except ValueError:
+        counts = ()
+    if not counts or min(counts) < 1 or max(counts) > MAX_STRIPES:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: expected comma-separated stripe counts 1 to {MAX_STRIPES}, e.g. 1,2,4"
+        )
+    return counts
 
 
 class Command(BaseCommand):
@@ -163,6 +180,24 @@ class Command(BaseCommand):
             help="How long each --hot-queue transaction stays open after its enqueue, like "
             "the rest of a request's writes (default 1).",
         )
+        parser.add_argument(
+            "--stripes",
+            type=stripe_counts,
+            metavar="COUNTS",
+            help="With --hot-queue: compare these QUEUE_STRIPE_COUNT values (one enqueue "
+            "shard each) instead of the shard and partition layouts, e.g. --stripes 1,2,4; "
+            "enqueue and drain throughput as ratios against the first.",
+        )
+        parser.add_argument(
+            "--telemetry",
+            choices=TELEMETRY,
+            help="Run the stages with OpenTelemetry recording (on: SDK providers, spans through "
+            "a batch processor and metrics through a periodic reader, to exporters that discard "
+            "them) or with no OpenTelemetry observer (off); both: the default stages as they "
+            "are, then the drain alternately off and on, with throughput on/off. Needs the "
+            "otel extra; spans are sampled as OTEL_TRACES_SAMPLER says (default: all). "
+            "Default: whatever AWA['TELEMETRY'] installed.",
+        )
         parser.add_argument("--json", metavar="PATH", help="Also write the report as JSON to PATH.")
         add_database_argument(parser)
 
@@ -177,6 +212,8 @@ class Command(BaseCommand):
             raise CommandError("--backlog-claims must be positive")
         if options["hot_queue"] is not None and options["hot_queue"] < options["producers"]:
             raise CommandError("--hot-queue needs at least one transaction per producer")
+        if options["stripes"] and options["hot_queue"] is None:
+            raise CommandError("--stripes goes with --hot-queue")
         if options["producers"] < 1 or options["hold_ms"] < 0:
             raise CommandError("--producers must be positive and --hold-ms not negative")
         check_queue(options["queue"])
@@ -196,9 +233,10 @@ class Command(BaseCommand):
             hot_jobs=options["hot_queue"] or 0,
             hot_producers=options["producers"],
             hot_hold_ms=options["hold_ms"],
+            hot_stripes=options["stripes"] or (),
         )
         console = Console(stderr=True)
-        report = run_benchmark(bench, set(options["skip"]), console)
+        report = run_benchmark(bench, set(options["skip"]), console, options["telemetry"])
         self._print(report)
         if options["json"]:
             Path(options["json"]).write_text(json.dumps(report, indent=2))
@@ -215,17 +253,25 @@ class Command(BaseCommand):
         console.print(table)
 
 
-def run_benchmark(bench: BenchOptions, skip: set[str], console: Console) -> dict[str, Any]:
+def run_benchmark(
+    bench: BenchOptions, skip: set[str], console: Console, telemetry: str | None = None
+) -> dict[str, Any]:
     """Run the focused stages if any was asked for, else the default stages not in
-    ``skip``; returns the report (environment, options, results)."""
+    ``skip`` (and, with ``telemetry="both"``, the drain with telemetry off and on);
+    returns the report (environment, options, results)."""
     results: dict[str, Any] = {"storage_before": workloads.storage_snapshot(bench.database)}
-    with Progress(
-        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console
-    ) as progress:
+    with (
+        _telemetry(telemetry),
+        Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console
+        ) as progress,
+    ):
         if bench.backlog or bench.serial_jobs or bench.hot_jobs:
             _focused_stages(bench, results, progress)
         else:
             _default_stages(bench, skip, results, progress)
+            if telemetry == "both":
+                _telemetry_stage(bench, results, progress)
     return {
         "environment": {
             "date": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -236,6 +282,41 @@ def run_benchmark(bench: BenchOptions, skip: set[str], console: Console) -> dict
         "options": dataclasses.asdict(bench),
         "results": results,
     }
+
+
+def _telemetry_module() -> ModuleType:
+    """:mod:`awa_django.benchmark.telemetry`, imported only when ``--telemetry`` is given."""
+    try:
+        from awa_django.benchmark import telemetry
+    except ImportError as exc:
+        raise CommandError(f"--telemetry needs the otel extra (opentelemetry-sdk): {exc}") from exc
+    return telemetry
+
+
+def _telemetry(mode: str | None) -> contextlib.AbstractContextManager[Any]:
+    """The OpenTelemetry state the stages run in (``--telemetry``)."""
+    if mode is None or mode == "both":
+        return contextlib.nullcontext()
+    telemetry = _telemetry_module()
+    return cast(
+        contextlib.AbstractContextManager[Any],
+        telemetry.recording() if mode == "on" else telemetry.without_otel(),
+    )
+
+
+def _telemetry_stage(bench: BenchOptions, results: dict[str, Any], progress: Progress) -> None:
+    """``--telemetry both``: the drain with telemetry off and on, alternately."""
+    telemetry = _telemetry_module()
+    task = progress.add_task(
+        f"telemetry: drain {bench.jobs} jobs off and on, {telemetry.ROUNDS} rounds each"
+    )
+    results["telemetry"] = telemetry.drain_compared(bench)
+    progress.update(
+        task,
+        description=f"telemetry: on/off throughput {results['telemetry']['on_over_off']}",
+        completed=1,
+        total=1,
+    )
 
 
 def _focused_stages(bench: BenchOptions, results: dict[str, Any], progress: Progress) -> None:

@@ -23,6 +23,32 @@ def _rate(value: list[float] | None) -> str:
     return "-" if value is None else f"{value[0]:g}/s burst {value[1]}"
 
 
+def _prune_horizon(horizon: dict[str, Any]) -> str:
+    """Whether prune may truncate at all, and the fix when it may not."""
+    leader, refused = horizon["leader_role"], horizon["refused_rings"]
+    if leader is not None and not horizon["leader_readable"]:
+        return (
+            f"Prune: REFUSED -- the leader's role {leader!r} cannot read other sessions' "
+            "transactions (pg_stat_activity), so prune truncates nothing and the rings stop "
+            f"reclaiming space. Fix, as a superuser: GRANT pg_read_all_stats TO {leader};"
+        )
+    if refused:
+        return (
+            f"Prune: the last prune of the {', '.join(refused)} ring(s) was refused: the "
+            "leader's role could not read other sessions' transactions (pg_stat_activity). "
+            "Fix, as a superuser: GRANT pg_read_all_stats TO <the workers' role>;"
+        )
+    if leader is not None:
+        return f"Prune: allowed (the leader's role {leader!r} reads the transaction horizon)"
+    if not horizon["readable"]:
+        return (
+            f"Prune: a leader running as {horizon['role']!r} would refuse to prune (no "
+            f"pg_read_all_stats); GRANT pg_read_all_stats TO {horizon['role']}; if the workers "
+            "run as this role"
+        )
+    return "Prune: no leader now"
+
+
 def _overrides(row: dict[str, Any]) -> str:
     shown = [f"{key}={json.dumps(value)}" for key, value in sorted(row["overrides"].items())]
     shown += [f"{key} ignored" for key in sorted(row["invalid_overrides"])]
@@ -39,7 +65,8 @@ class Command(BaseCommand):
         sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
         about = (
             "Ring cursors and last rotate/prune outcomes, rows per slot, the maintenance "
-            "leader, deferred backlog, open receipts, dead tuples and schema size; the "
+            "leader and whether its role may prune (it must read every session's transaction "
+            "horizon), deferred backlog, open receipts, dead tuples and schema size; the "
             "capacity of each queue (reserved permits, cap, weight, claimers, live overrides) "
             "as this process's settings and the stored overrides give it."
         )
@@ -87,10 +114,12 @@ class Command(BaseCommand):
         )
         leader = report["leader"]
         out.line(
-            f"Leader: {leader['application_name']} (pid {leader['pid']})"
+            f"Leader: {leader['application_name'] or '(name hidden from this role)'} "
+            f"(pid {leader['pid']})"
             if leader
             else "Leader: none (no process runs maintenance)"
         )
+        out.line(_prune_horizon(report["prune_horizon"]))
         out.line(
             f"Deferred: {report['deferred']['total']} ({report['deferred']['due']} due)  "
             f"Open receipts: {report['open_receipts']}  Runtimes: {report['runtimes']}  "

@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from awa_django.conf import awa_settings
 from awa_django.exceptions import InvalidJob
-from awa_django.management.options import add_database_argument
+from awa_django.management.options import add_database_argument, host_port
 from awa_django.runtime.config import build_config
 from awa_django.storage.connection import conninfo
 
@@ -76,6 +76,16 @@ class Command(BaseCommand):
             help="Also import MODULE for its @job definitions (repeatable), e.g. --import "
             "myproject.extra_jobs; every installed app's `jobs` module is imported anyway.",
         )
+        parser.add_argument(
+            "--health-addr",
+            type=host_port,
+            default=None,
+            metavar="HOST:PORT",
+            help="Serve GET /healthz (liveness), /readyz (readiness) and /metrics (Prometheus) "
+            "on HOST:PORT, e.g. --health-addr 0.0.0.0:8321 (port 0: any free one, logged at "
+            "start-up). With --processes the supervisor serves it for all its processes. "
+            "Default: AWA['HEALTH_ADDR'] (unset: no listener).",
+        )
         add_database_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -97,6 +107,7 @@ class Command(BaseCommand):
                 shutdown_timeout=options["shutdown_timeout"],
                 maintenance=not options["no_maintenance"],
                 imports=tuple(options["imports"]),
+                health_addr=options["health_addr"] or settings.health_addr,
             )
         except InvalidJob as exc:
             raise CommandError(str(exc)) from None

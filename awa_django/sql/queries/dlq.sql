@@ -5,7 +5,7 @@ SELECT job_id, kind, queue, priority, args::text, kwargs::text, metadata::text, 
        max_attempts, errors::text, progress::text, reason, created_at, run_at, attempted_at,
        moved_at
   FROM awa.dlq_entries
- WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+ WHERE (%(queues)s::text[] IS NULL OR queue = ANY (%(queues)s::text[]))
    AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
  ORDER BY moved_at DESC, job_id DESC
  LIMIT %(limit)s
@@ -25,6 +25,6 @@ SELECT awa.move_failed_to_dlq(%s, %s)
 -- name: dlq_count
 SELECT count(*)
   FROM awa.dlq_entries
- WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+ WHERE (%(queues)s::text[] IS NULL OR queue = ANY (%(queues)s::text[]))
    AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
    AND (%(moved_before)s::timestamptz IS NULL OR moved_at < %(moved_before)s::timestamptz)

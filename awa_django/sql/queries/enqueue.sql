@@ -13,8 +13,10 @@ SELECT job_id, state, run_at, existing_id
                           %s::text[], %s::smallint, %s::timestamptz, %s::text)
 
 -- name: reserve_ready_batch
+-- Each job's run_at (NULL: now) stamps the segment it lands in, for aging.
 SELECT r.ord, r.job_id, r.shard, r.lane_seq, r.ready_slot, r.ready_generation, now()::text
-  FROM awa.reserve_ready_batch(%s::text[], %s::smallint[], %s::text[]) AS r
+  FROM awa.reserve_ready_batch_v2(%s::text[], %s::smallint[], %s::text[],
+                                  %s::timestamptz[]) AS r
 
 -- name: reserve_job_ids
 SELECT nextval('awa.job_id_seq'), now() FROM generate_series(1, %s)

@@ -12,15 +12,16 @@ SELECT id, kind, queue, priority, state, attempt, max_attempts, run_lease,
        args::text, kwargs::text, metadata::text, tags, errors::text, progress::text,
        return_value::text, created_at, run_at, attempted_at, finalized_at
   FROM awa.jobs
- WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+ WHERE (%(queues)s::text[] IS NULL OR queue = ANY (%(queues)s::text[]))
    AND (%(state)s::text IS NULL OR state = %(state)s::text)
    AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
  ORDER BY id
  LIMIT %(limit)s
 
 -- name: queue_counts
--- Each state from its cheapest exact source (v015_console.sql).
-SELECT state, n FROM awa.state_counts(%(queue)s)
+-- Each state from its cheapest exact source (v015_console.sql), summed over
+-- the physical queues (the stripes) of one logical queue.
+SELECT state, sum(n)::bigint FROM awa.state_counts_v2(%(queues)s::text[]) GROUP BY state
 
 -- name: state_counts
 -- (queue, state, count) of every queue with a job in some state.
@@ -30,11 +31,11 @@ SELECT queue, state, n FROM awa.state_counts(NULL)
 SELECT id, kind, queue, priority, state, attempt, max_attempts, run_lease,
        args::text, kwargs::text, metadata::text, tags, errors::text, progress::text,
        return_value::text, created_at, run_at, attempted_at, finalized_at
-  FROM awa.job_page(%(before)s, %(floor)s, %(limit)s, %(state)s, %(queue)s, %(kind)s,
-                    %(priority)s::smallint, %(tag)s)
+  FROM awa.job_page_v2(%(before)s, %(floor)s, %(limit)s, %(state)s, %(queues)s::text[],
+                       %(kind)s, %(priority)s::smallint, %(tag)s)
 
 -- name: job_states
-SELECT id, state FROM awa.jobs WHERE queue = %(queue)s ORDER BY id
+SELECT id, state FROM awa.jobs WHERE queue = ANY (%(queues)s::text[]) ORDER BY id
 
 -- name: newest_job_id
 SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM awa.job_id_seq

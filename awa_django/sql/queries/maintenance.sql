@@ -12,6 +12,25 @@ SELECT EXISTS (
 -- name: release_lead
 SELECT pg_advisory_unlock(%s)
 
+-- name: depose_silent_leader
+-- A standby's check on the leader (runtime/leader.py): terminate the session
+-- holding the leader lock when it has run no statement for that many seconds.  A
+-- live leader checks its lock every election interval; a session that stays
+-- idle much longer belongs to a stopped process or a host that vanished
+-- while its TCP connection still looks open.  pg_terminate_backend sits in
+-- the select list, so it runs only for the row the conditions chose; a
+-- session this role may not signal is left alone.
+SELECT a.pid, pg_terminate_backend(a.pid)
+  FROM pg_locks l
+  JOIN pg_stat_activity a ON a.pid = l.pid
+ WHERE l.locktype = 'advisory' AND l.granted
+   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+   AND ((l.classid::bigint << 32) | l.objid::bigint) = %s
+   AND a.pid <> pg_backend_pid()
+   AND a.state = 'idle'
+   AND a.state_change < clock_timestamp() - make_interval(secs => %s)
+   AND pg_has_role(a.usesysid, 'MEMBER')
+
 -- name: ensure_ring_partitions
 SELECT awa.ensure_ring_partitions(%s, %s)
 
@@ -19,7 +38,20 @@ SELECT awa.ensure_ring_partitions(%s, %s)
 SELECT awa.rotate_ring(%s)
 
 -- name: prune_ring
-SELECT awa.prune_ring_v2(%s, %s, make_interval(secs => %s))
+SELECT awa.prune_ring_v3(%s, %s, make_interval(secs => %s))
+
+-- name: prune_horizon
+-- Whether prune can read every session's transaction horizon (a superuser
+-- or pg_read_all_stats), as this session's role and as the role of the
+-- maintenance leader's session (NULLs when no process leads).
+SELECT current_user::text, awa.horizon_readable(current_user),
+       a.usename::text, awa.horizon_readable(a.usename)
+  FROM (SELECT 1) AS one
+  LEFT JOIN (pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid)
+    ON l.locktype = 'advisory' AND l.granted
+   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+   AND ((l.classid::bigint << 32) | l.objid::bigint) = %s
+ LIMIT 1
 
 -- name: rescue_attempts
 SELECT awa.rescue_v2(%s, make_interval(secs => %s), %s, %s::text[], %s::text[], %s)

@@ -15,6 +15,10 @@ UPDATE awa.queue_meta SET paused_at = NULL, updated_at = now()
  WHERE queue = %(queue)s AND paused_at IS NOT NULL
 RETURNING queue
 
+-- name: queue_paused
+-- A row when the queue is paused.
+SELECT paused_at FROM awa.queue_meta WHERE queue = %(queue)s AND paused_at IS NOT NULL
+
 -- name: drain_queue
 SELECT awa.drain_queue(%(queue)s, %(reason)s)
 
@@ -42,5 +46,74 @@ SELECT awa.sample_queues(make_interval(secs => %s))
 -- Samples since a moment, oldest first (one queue, or every queue when NULL).
 SELECT sampled_at, queue, counts::text
   FROM awa.queue_samples
- WHERE sampled_at >= %(since)s AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+ WHERE sampled_at >= %(since)s
+   AND (%(queues)s::text[] IS NULL OR queue = ANY (%(queues)s::text[]))
  ORDER BY sampled_at, queue
+
+-- name: queue_gauges
+-- (queue, available, scheduled, running, lag seconds, paused) of every queue
+-- with lanes, a control row or live jobs: the telemetry gauges, read every
+-- few seconds, so nothing here walks the ready ring.  A lane's committed
+-- sequences are gap-free, so it holds next_seq - claim_seq jobs beyond its
+-- claim cursor, less the tombstones there (a primary-key range); its oldest
+-- one is in the first segment past the cursor (one probe of
+-- ready_segments_lane_idx, as the claim makes).  Scheduled counts the
+-- deferred jobs (scheduled and waiting to retry); running counts open
+-- receipts and running leases, as awa.state_counts does.
+WITH lanes AS MATERIALIZED (  -- each lane probed once
+    SELECT h.queue,
+           e.next_seq - h.claim_seq - (
+               SELECT count(*) FROM awa.ready_tombstones t
+                WHERE t.queue = h.queue AND t.priority = h.priority AND t.shard = h.shard
+                  AND t.lane_seq >= h.claim_seq) AS available,
+           (SELECT g.run_at FROM awa.ready_segments g
+             WHERE g.queue = h.queue AND g.priority = h.priority AND g.shard = h.shard
+               AND g.end_seq > h.claim_seq
+             ORDER BY g.end_seq
+             LIMIT 1) AS head_at
+      FROM awa.queue_claim_heads h
+      JOIN awa.queue_enqueue_heads e
+        ON e.queue = h.queue AND e.priority = h.priority AND e.shard = h.shard
+     WHERE e.next_seq > h.claim_seq
+), ready AS (
+    SELECT l.queue, sum(l.available) AS n,
+           min(l.head_at) FILTER (WHERE l.available > 0) AS head_at
+      FROM lanes l
+     GROUP BY l.queue
+), deferred AS (
+    SELECT d.queue, count(*) AS n FROM awa.deferred_jobs d GROUP BY d.queue
+), receipts AS (
+    SELECT b.queue,
+           sum(cardinality(b.job_ids) - (
+               SELECT count(DISTINCT e.item)
+                 FROM (SELECT unnest(y.items) AS item
+                         FROM awa.lease_claim_closure_batches y
+                        WHERE y.batch_id = b.batch_id AND y.claim_slot = b.claim_slot
+                       UNION ALL
+                       SELECT x.item
+                         FROM awa.lease_claim_closures x
+                        WHERE x.batch_id = b.batch_id AND x.claim_slot = b.claim_slot) e)) AS n
+      FROM awa.lease_claim_batches b
+     GROUP BY b.queue
+), leased AS (
+    SELECT l.queue, count(*) AS n FROM awa.leases l WHERE l.state = 'running' GROUP BY l.queue
+), names AS (
+    SELECT queue FROM awa.queue_enqueue_heads
+    UNION SELECT queue FROM awa.queue_meta
+    UNION SELECT queue FROM deferred
+    UNION SELECT queue FROM receipts
+    UNION SELECT queue FROM leased
+)
+SELECT q.queue,
+       GREATEST(COALESCE(r.n, 0), 0)::bigint,
+       COALESCE(d.n, 0)::bigint,
+       (COALESCE(c.n, 0) + COALESCE(x.n, 0))::bigint,
+       COALESCE(GREATEST(extract(epoch FROM clock_timestamp() - r.head_at), 0), 0)::float8,
+       m.paused_at IS NOT NULL
+  FROM names q
+  LEFT JOIN ready r ON r.queue = q.queue
+  LEFT JOIN deferred d ON d.queue = q.queue
+  LEFT JOIN receipts c ON c.queue = q.queue
+  LEFT JOIN leased x ON x.queue = q.queue
+  LEFT JOIN awa.queue_meta m ON m.queue = q.queue
+ ORDER BY q.queue

@@ -7,6 +7,13 @@ SELECT job_id, run_lease, kind, priority, effective_priority, attempt, max_attem
   FROM awa.claim_ready_v3(%s, %s, %s, make_interval(secs => %s), make_interval(secs => %s),
                           %s)
 
+-- name: claim_striped
+-- One logical queue over its stripes, visited in the order given.
+SELECT job_id, run_lease, kind, priority, effective_priority, attempt, max_attempts,
+       args, kwargs, metadata, tags, errors, progress, claim_slot, batch_id, item, deadline_at
+  FROM awa.claim_ready_v4(%s, %s::text[], %s, %s, make_interval(secs => %s),
+                          make_interval(secs => %s), %s)
+
 -- name: close_attempts
 SELECT job_id, run_lease
   FROM awa.close_attempts_v3(%s::smallint[], %s::bigint[], %s::integer[], %s::bigint[],
@@ -47,7 +54,7 @@ SELECT r.id, r.hostname, r.pid, r.queues, r.role, r.started_at, r.heartbeat_at,
  ORDER BY r.started_at DESC, r.id
 
 -- name: heartbeat_runtime
-UPDATE awa.runtime_instances SET heartbeat_at = now() WHERE id = %s
+UPDATE awa.runtime_instances SET heartbeat_at = now() WHERE id = %s RETURNING id
 
 -- name: unregister_runtime
 DELETE FROM awa.runtime_instances WHERE id = %s

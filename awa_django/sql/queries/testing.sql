@@ -8,7 +8,7 @@ UPDATE awa.deferred_jobs
    SET run_at = clock_timestamp()
  WHERE run_at <= %(until)s
    AND run_at > clock_timestamp()
-   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+   AND (%(queues)s::text[] IS NULL OR queue = ANY (%(queues)s::text[]))
 
 -- name: lock_timeout
 SELECT current_setting('lock_timeout')

@@ -1,0 +1,252 @@
+"""OpenTelemetry spans of a job's life, recorded by a real in-process worker.
+
+``send {queue}`` around the enqueue, ``process {kind}`` per attempt: the
+first attempt continues the producer's trace through the ``traceparent``
+stored in the job's metadata, a retry starts a trace of its own linked to
+the enqueue, and the handler runs with the process span as its context.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, StatusCode
+from testapp import jobs
+
+import awa_django
+from awa_django import job, ops
+from awa_django.payload import TRACEPARENT_KEY
+from tests.conftest import run_burst
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# What handlers below saw as their ambient span, and the spans they made.
+SEEN: list[trace.SpanContext] = []
+TRACERS: list[trace.Tracer] = []
+
+
+@pytest.fixture(autouse=True)
+def _clean(reset_awa):
+    SEEN.clear()
+    yield
+    TRACERS.clear()
+
+
+def _own_span(label: str) -> None:
+    SEEN.append(trace.get_current_span().get_span_context())
+    with TRACERS[0].start_as_current_span(f"handler {label}"):
+        pass
+
+
+@job(kind="tests.otel.spans_sync")
+def spans_sync() -> None:
+    _own_span("sync")
+
+
+@job(kind="tests.otel.spans_async")
+async def spans_async() -> None:
+    _own_span("async")
+
+
+def by_name(telemetry, name: str):
+    return [s for s in telemetry.spans() if s.name == name]
+
+
+def test_first_attempt_continues_the_producers_trace(telemetry, queue):
+    with telemetry.tracer.start_as_current_span("request"):
+        ref = jobs.plain.using(queue=queue).enqueue(1, b=2)
+
+    run_burst(queue)
+
+    (request,) = by_name(telemetry, "request")
+    (send,) = by_name(telemetry, f"send {queue}")
+    (process,) = by_name(telemetry, "process testapp.plain")
+    assert send.kind is SpanKind.PRODUCER and send.parent.span_id == request.context.span_id
+    assert dict(send.attributes) == {
+        "messaging.system": "awa",
+        "messaging.destination.name": queue,
+        "messaging.operation.type": "send",
+    }
+    # The job carries the send span's context, and its execution is its child.
+    stored = ops.get_job(ref.id).metadata[TRACEPARENT_KEY]
+    context = send.context
+    flags = int(context.trace_flags)
+    assert flags & 1  # sampled
+    assert stored == f"00-{context.trace_id:032x}-{context.span_id:016x}-{flags:02x}"
+    assert process.context.trace_id == send.context.trace_id
+    assert process.parent.span_id == send.context.span_id and process.parent.is_remote
+    assert process.kind is SpanKind.CONSUMER and not process.links
+    assert dict(process.attributes) == {
+        "messaging.system": "awa",
+        "messaging.destination.name": queue,
+        "messaging.operation.type": "process",
+        "messaging.message.id": str(ref.id),
+        "awa.job.kind": "testapp.plain",
+        "awa.job.attempt": 1,
+        "awa.job.outcome": "completed",
+    }
+    assert process.status.status_code is StatusCode.UNSET
+
+
+def test_a_retry_starts_a_new_trace_linked_to_the_enqueue(telemetry, queue):
+    with telemetry.tracer.start_as_current_span("request"):
+        jobs.fail_then_succeed.using(queue=queue).enqueue(1)
+
+    run_burst(queue)
+
+    (send,) = by_name(telemetry, f"send {queue}")
+    first, second = sorted(
+        by_name(telemetry, "process testapp.fail_then_succeed"),
+        key=lambda s: s.attributes["awa.job.attempt"],
+    )
+    assert first.context.trace_id == send.context.trace_id
+    assert first.parent.span_id == send.context.span_id
+    assert first.attributes["awa.job.outcome"] == "retryable"
+    assert first.status.status_code is StatusCode.ERROR
+    [event] = first.events
+    assert event.name == "exception"
+    assert event.attributes["exception.message"] == "failing attempt 1"
+    # The retry: a root span of a trace of its own, linked to the send span.
+    assert second.attributes["awa.job.attempt"] == 2
+    assert second.parent is None and second.context.trace_id != send.context.trace_id
+    [link] = second.links
+    assert (link.context.trace_id, link.context.span_id) == (
+        send.context.trace_id,
+        send.context.span_id,
+    )
+    assert second.attributes["awa.job.outcome"] == "completed"
+    assert second.status.status_code is StatusCode.UNSET
+
+
+def test_handler_spans_nest_under_the_process_span(telemetry, queue):
+    TRACERS.append(telemetry.tracer)
+    spans_sync.using(queue=queue).enqueue()
+    spans_async.using(queue=queue).enqueue()
+
+    run_burst(queue)
+
+    for label in ("sync", "async"):
+        (process,) = by_name(telemetry, f"process tests.otel.spans_{label}")
+        (own,) = by_name(telemetry, f"handler {label}")
+        assert own.parent.span_id == process.context.span_id
+        assert own.context.trace_id == process.context.trace_id
+        assert process.context in SEEN
+        # Enqueued outside any span: the trace starts at the send span.
+        (send,) = [
+            s
+            for s in by_name(telemetry, f"send {queue}")
+            if s.context.span_id == process.parent.span_id
+        ]
+        assert send.parent is None
+
+
+def test_failures_set_the_error_status_and_record_the_exception(telemetry, queue):
+    jobs.boom.using(queue=queue).enqueue()  # retryable
+    jobs.terminal.using(queue=queue).enqueue()  # failed
+    jobs.cancel.using(queue=queue).enqueue()  # cancelled: deliberate, not an error
+
+    run_burst(queue)
+
+    (boom,) = by_name(telemetry, "process testapp.boom")
+    (terminal,) = by_name(telemetry, "process testapp.terminal")
+    (cancel,) = by_name(telemetry, "process testapp.cancel")
+    assert (boom.attributes["awa.job.outcome"], boom.status.status_code) == (
+        "retryable",
+        StatusCode.ERROR,
+    )
+    assert boom.status.description == "ValueError: boom"
+    assert boom.events[0].attributes["exception.type"] == "ValueError"
+    assert (terminal.attributes["awa.job.outcome"], terminal.status.status_code) == (
+        "failed",
+        StatusCode.ERROR,
+    )
+    assert "card declined" in terminal.status.description
+    assert (cancel.attributes["awa.job.outcome"], cancel.status.status_code) == (
+        "cancelled",
+        StatusCode.UNSET,
+    )
+    assert not cancel.events
+
+
+def test_with_capture_off_no_traceparent_is_written(telemetry_factory, queue):
+    telemetry = telemetry_factory(trace_capture=False)
+    with telemetry.tracer.start_as_current_span("request"):
+        ref = jobs.plain.using(queue=queue).enqueue(1)
+
+    run_burst(queue)
+
+    assert TRACEPARENT_KEY not in ops.get_job(ref.id).metadata
+    (send,) = by_name(telemetry, f"send {queue}")
+    (process,) = by_name(telemetry, "process testapp.plain")
+    assert process.parent is None and process.context.trace_id != send.context.trace_id
+
+
+@pytest.mark.parametrize("capture", [True, False])
+def test_an_explicit_traceparent_wins_and_is_honoured(telemetry_factory, queue, capture):
+    telemetry = telemetry_factory(trace_capture=capture)
+    explicit = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    with telemetry.tracer.start_as_current_span("request"):
+        ref = jobs.plain.using(queue=queue, metadata={TRACEPARENT_KEY: explicit}).enqueue(1)
+        many = awa_django.enqueue_many(
+            [jobs.plain.using(queue=queue, metadata={TRACEPARENT_KEY: explicit}).prepare(2)]
+        )
+
+    run_burst(queue)
+
+    assert ops.get_job(ref.id).metadata[TRACEPARENT_KEY] == explicit
+    assert ops.get_job(many[0]).metadata[TRACEPARENT_KEY] == explicit
+    processes = by_name(telemetry, "process testapp.plain")
+    assert len(processes) == 2
+    for process in processes:
+        assert f"{process.context.trace_id:032x}" == "0af7651916cd43dd8448eb211c80319c"
+        assert f"{process.parent.span_id:016x}" == "b7ad6b7169203331"
+
+
+def test_enqueue_many_is_one_send_span_and_jobs_carry_where_they_were_prepared(telemetry, queue):
+    with telemetry.tracer.start_as_current_span("request"):
+        ids = awa_django.enqueue_many([jobs.plain.using(queue=queue).prepare(n) for n in range(3)])
+
+    run_burst(queue)
+
+    (request,) = by_name(telemetry, "request")
+    (send,) = by_name(telemetry, f"send {queue}")
+    assert send.attributes["messaging.batch.message_count"] == 3
+    assert send.parent.span_id == request.context.span_id
+    processes = by_name(telemetry, "process testapp.plain")
+    assert sorted(p.attributes["messaging.message.id"] for p in processes) == sorted(
+        str(i) for i in ids
+    )
+    # prepare() ran before the batch's send span: each job continues the request.
+    assert {p.parent.span_id for p in processes} == {request.context.span_id}
+    assert {p.context.trace_id for p in processes} == {request.context.trace_id}
+
+
+def test_an_attempt_that_parks_ends_its_span_when_it_parks(telemetry, queue):
+    ref = jobs.park.using(queue=queue).enqueue()
+
+    worker = run_burst(queue)  # a parked attempt does not keep a burst running
+
+    assert ops.get_job(ref.id).state == "waiting_external"
+    (process,) = by_name(telemetry, "process testapp.park")
+    assert process.attributes["awa.job.outcome"] == "waiting_external"
+    assert process.status.status_code is StatusCode.UNSET and not process.events
+    assert worker.completed == 0
+    assert telemetry.value("awa.runtime.inflight") == 0
+
+
+def test_aenqueue_continues_the_async_callers_trace(telemetry, queue):
+    async def produce():
+        with telemetry.tracer.start_as_current_span("async request"):
+            return await jobs.plain.using(queue=queue).aenqueue(1)
+
+    ref = asyncio.run(produce())
+    run_burst(queue)
+
+    (request,) = by_name(telemetry, "async request")
+    (send,) = by_name(telemetry, f"send {queue}")
+    (process,) = by_name(telemetry, "process testapp.plain")
+    assert send.parent.span_id == request.context.span_id
+    assert process.parent.span_id == send.context.span_id
+    assert process.attributes["messaging.message.id"] == str(ref.id)
