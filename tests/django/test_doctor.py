@@ -21,9 +21,11 @@ import uuid
 from collections.abc import Iterator
 from urllib.parse import urlsplit, urlunsplit
 
+import django
 import psycopg
 import pytest
 from django.conf import settings
+from django.core.checks import run_checks
 from django.core.management import call_command
 from django.core.management.base import CommandError, SystemCheckError
 from django.db import connection
@@ -492,7 +494,10 @@ def test_awa_doctor_help_has_an_example_for_every_flag():
 def test_the_deploy_check_reports_findings_with_database_only(queue):
     JobFactory.create(queue=queue, run_at=dt.datetime.now(dt.UTC) - dt.timedelta(hours=1))
     with CaptureQueriesContext(connection) as queries:
-        call_command("check", "--deploy", "--tag", "awa", stdout=io.StringIO())
+        run_checks(include_deployment_checks=True)  # what plain check --deploy runs
+        if django.VERSION < (6, 0):
+            # 6.0 runs database-tagged checks on every alias when a tag names them.
+            call_command("check", "--deploy", "--tag", "awa", stdout=io.StringIO())
     assert len(queries) == 0
     with pytest.raises(SystemCheckError) as caught:
         call_command("check", "--deploy", "--tag", "awa", "--database", "default")

@@ -7,6 +7,7 @@ import json
 import logging
 import logging.config
 
+import django
 import pytest
 from django.core import mail
 from django.test import override_settings
@@ -30,7 +31,11 @@ def receivers():
     example.disconnect_receivers()
 
 
-@override_settings(ADMINS=[("Ops", "ops@example.com")])
+# Django 6.0 deprecates the (name, address) pairs 5.2 requires.
+ADMINS = ["ops@example.com"] if django.VERSION >= (6, 0) else [("Ops", "ops@example.com")]
+
+
+@override_settings(ADMINS=ADMINS)
 def test_a_dead_letter_mails_the_admins(queue, receivers):
     ref = jobs.fails_until_released.using(queue=queue).enqueue()
 
