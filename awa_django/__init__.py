@@ -7,12 +7,13 @@ contents may change between releases.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import timedelta
 from typing import Literal, overload
 
 from .context import JobContext
 from .cron import periodic
 from .descriptors import Descriptor
-from .exceptions import CallbackNotFound, InvalidJob, JobNotFound, UniqueConflict
+from .exceptions import CallbackNotFound, InvalidJob, JobNotFound, QueueFull, UniqueConflict
 from .jobs import ContextJob, Job, job
 from .outcomes import Cancel, RetryAfter, Snooze, TerminalError, WaitForCallback
 from .partitioned import PartitionedQueue
@@ -26,17 +27,29 @@ def enqueue_many(
     *,
     on_conflict: Literal["raise"] = "raise",
     database: str | None = None,
+    max_queue_depth: int | None = None,
+    wait: float | timedelta = 0,
 ) -> list[int]: ...
 
 
 @overload
 def enqueue_many(
-    jobs: Iterable[PreparedJob], *, on_conflict: Literal["skip"], database: str | None = None
+    jobs: Iterable[PreparedJob],
+    *,
+    on_conflict: Literal["skip"],
+    database: str | None = None,
+    max_queue_depth: int | None = None,
+    wait: float | timedelta = 0,
 ) -> list[int | None]: ...
 
 
 def enqueue_many(
-    jobs: Iterable[PreparedJob], *, on_conflict: str = "raise", database: str | None = None
+    jobs: Iterable[PreparedJob],
+    *,
+    on_conflict: str = "raise",
+    database: str | None = None,
+    max_queue_depth: int | None = None,
+    wait: float | timedelta = 0,
 ) -> list[int] | list[int | None]:
     """Write many prepared jobs with one COPY in the caller's transaction.
 
@@ -45,8 +58,19 @@ def enqueue_many(
     Unique jobs whose key is taken raise ``UniqueConflict`` for the whole
     batch (nothing is written), or with ``on_conflict="skip"`` are left out,
     ``None`` in their places.
+
+    With ``max_queue_depth=N`` the batch is written only once every queue it
+    targets holds at most N available jobs (the exact count, read from the
+    lane counters in one statement); while one holds more, the call waits,
+    polling, for up to ``wait`` seconds (int/float or timedelta; default 0:
+    check once), then raises ``QueueFull`` with nothing written.  A nonzero
+    ``wait`` inside ``transaction.atomic()`` raises ``InvalidJob``: it would
+    hold the transaction open.  Negative values raise ``InvalidJob``.  See
+    ``awa_django.backpressure`` and the backpressure how-to.
     """
+    from .backpressure import check_limit, wait_for_room
     from .observability.hooks import observers
+    from .payload import seconds
     from .storage.base import run
     from .storage.connection import alias_for
     from .storage.enqueue import ON_CONFLICT
@@ -56,6 +80,11 @@ def enqueue_many(
         raise InvalidJob(
             f"on_conflict must be one of {', '.join(ON_CONFLICT)}, got {on_conflict!r}"
         )
+    limit = None
+    if max_queue_depth is not None:
+        limit = check_limit(max_queue_depth, wait)
+    elif seconds(wait, "wait"):
+        raise InvalidJob("wait goes with max_queue_depth: the depth to wait for")
     prepared = list(jobs)
     for item in prepared:
         if not isinstance(item, PreparedJob):
@@ -67,6 +96,8 @@ def enqueue_many(
         raise InvalidJob(f"enqueue_many got jobs for several databases: {sorted(aliases)}")
     if not prepared:
         return []
+    if limit is not None:
+        wait_for_room((item.queue for item in prepared), *limit, next(iter(aliases)))
     if not observers.active:
         return run(write_many(prepared, on_conflict), aliases.pop())
     queues = {item.queue for item in prepared}
@@ -89,6 +120,7 @@ __all__ = [
     "JobNotFound",
     "PartitionedQueue",
     "PreparedJob",
+    "QueueFull",
     "RetryAfter",
     "Snooze",
     "TerminalError",

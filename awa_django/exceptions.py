@@ -25,3 +25,28 @@ class JobNotFound(AwaError, LookupError):  # noqa: N818 - public name, part of t
 
 class CallbackNotFound(AwaError, LookupError):  # noqa: N818 - public name, part of the API contract
     """No live callback with that id."""
+
+
+class QueueFull(AwaError):  # noqa: N818 - public name, part of the API contract
+    """A queue still held more available jobs than the producer allowed when
+    its wait ran out; nothing of the batch was written.
+
+    ``queue`` is the first queue found over its limit, ``depth`` its count of
+    available jobs at the last check, ``max_depth`` the limit, ``waited`` the
+    seconds spent waiting and ``paused`` whether the queue was paused (a
+    paused queue does not drain, so waiting on it only ends with a resume).
+    """
+
+    def __init__(
+        self, queue: str, depth: int, max_depth: int, *, waited: float = 0.0, paused: bool = False
+    ) -> None:
+        state = " (the queue is paused)" if paused else ""
+        super().__init__(
+            f"queue {queue!r} holds {depth} available jobs, more than the limit of "
+            f"{max_depth}{state}; gave up after {waited:.3g}s"
+        )
+        self.queue = queue
+        self.depth = depth
+        self.max_depth = max_depth
+        self.waited = waited
+        self.paused = paused

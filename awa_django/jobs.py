@@ -36,7 +36,7 @@ from typing import (
     overload,
 )
 
-from . import clock
+from . import clock, concurrency
 from .conf import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, awa_settings
 from .context import JobContext
 from .descriptors import Descriptor, first_line
@@ -132,6 +132,8 @@ class CallOptions(TypedDict, total=False):
     tags: Iterable[str] | None
     metadata: Mapping[str, Any] | None
     database: str | None
+    concurrency_key: str | None
+    concurrency_limit: int | None
 
 
 class JobCall(Generic[P, R]):
@@ -143,6 +145,8 @@ class JobCall(Generic[P, R]):
     """
 
     __slots__ = (
+        "_concurrency_key",
+        "_concurrency_limit",
         "_database",
         "_max_attempts",
         "_metadata",
@@ -172,6 +176,8 @@ class JobCall(Generic[P, R]):
         metadata: Mapping[str, Any] | None = None,
         database: str | None = None,
         unique: Unique | None = None,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
     ) -> None:
         if unique is not None and not isinstance(unique, Unique):
             raise InvalidJob(f"unique must be a Unique(...), got {unique!r}")
@@ -190,6 +196,10 @@ class JobCall(Generic[P, R]):
         self._metadata_json = check_metadata(metadata)
         self._database = database
         self._unique = unique
+        self._concurrency_key = (
+            None if concurrency_key is None else concurrency.check_key(concurrency_key)
+        )
+        self._concurrency_limit = concurrency.check_limit(concurrency_limit)
 
     def using(self, **options: Unpack[CallOptions]) -> JobCall[P, R]:
         """Return a copy with these options replaced (validated now)."""
@@ -212,6 +222,8 @@ class JobCall(Generic[P, R]):
             metadata=options.get("metadata", self._metadata),
             database=options.get("database", self._database),
             unique=options.get("unique", self._unique),
+            concurrency_key=options.get("concurrency_key", self._concurrency_key),
+            concurrency_limit=options.get("concurrency_limit", self._concurrency_limit),
         )
 
     def prepare(self, *args: P.args, **kwargs: P.kwargs) -> PreparedJob:
@@ -222,6 +234,12 @@ class JobCall(Generic[P, R]):
         self.job.check_arguments(args, kwargs)
         args_json, kwargs_json = encode_arguments(args, kwargs, awa_settings().max_payload_bytes)
         metadata_json = self._metadata_json
+        key = self._concurrency_key or concurrency.resolve_key(
+            self.job.concurrency_key, args, kwargs
+        )
+        if key is not None:
+            limit = self._concurrency_limit or self.job.concurrency_limit or 1
+            metadata_json = concurrency.with_concurrency(metadata_json, key, limit)
         if observers.active:
             metadata_json = with_traceparent(metadata_json, observers.traceparent())
         return PreparedJob(
@@ -288,6 +306,9 @@ class Job(Generic[P, R]):
         max_attempts: int,
         takes_context: bool,
         descriptor: Descriptor | None = None,
+        atomic: bool = False,
+        concurrency_key: concurrency.KeySource | None = None,
+        concurrency_limit: int | None = None,
     ) -> None:
         if not callable(func):
             raise InvalidJob(f"@job needs a function, got {func!r}")
@@ -306,6 +327,16 @@ class Job(Generic[P, R]):
             descriptor = dataclasses.replace(descriptor, description=first_line(func.__doc__))
         self.descriptor = descriptor
         self.is_async = inspect.iscoroutinefunction(func)
+        if atomic and self.is_async:
+            raise TypeError(
+                f"@job(atomic=True) needs a plain function; {self.qualname} is async def "
+                "(an atomic handler runs in one transaction on its thread's Django connection)"
+            )
+        #: Run each attempt and its completion in one transaction (see ``@job``).
+        self.atomic = bool(atomic)
+        #: Per-key concurrency (see ``@job``): a key, or a callable of the call's arguments.
+        self.concurrency_key = concurrency.check_key_source(concurrency_key)
+        self.concurrency_limit = concurrency.check_limit(concurrency_limit)
         self.signature = inspect.signature(func)
         self._fitting_shapes: set[tuple[int, frozenset[str]]] = set()
         self._default_call: JobCall[P, R] | None = None
@@ -398,6 +429,9 @@ def job(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     takes_context: Literal[False] = False,
     descriptor: Descriptor | None = None,
+    atomic: bool = False,
+    concurrency_key: str | Callable[..., str | None] | None = None,
+    concurrency_limit: int | None = None,
 ) -> Callable[[Callable[P, R]], Job[P, R]]: ...
 
 
@@ -412,6 +446,9 @@ def job(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     takes_context: Literal[True],
     descriptor: Descriptor | None = None,
+    atomic: bool = False,
+    concurrency_key: str | Callable[..., str | None] | None = None,
+    concurrency_limit: int | None = None,
 ) -> Callable[[Callable[Concatenate[JobContext, P], R]], ContextJob[P, R]]: ...
 
 
@@ -426,6 +463,9 @@ def job(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     takes_context: bool,
     descriptor: Descriptor | None = None,
+    atomic: bool = False,
+    concurrency_key: str | Callable[..., str | None] | None = None,
+    concurrency_limit: int | None = None,
 ) -> Callable[[Callable[..., R]], Job[..., R]]: ...
 
 
@@ -438,12 +478,30 @@ def job(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     takes_context: bool = False,
     descriptor: Descriptor | None = None,
+    atomic: bool = False,
+    concurrency_key: str | Callable[..., str | None] | None = None,
+    concurrency_limit: int | None = None,
 ) -> Any:
     """Declare a job kind.  Usable as ``@job`` or ``@job(queue=..., ...)``.
 
     ``descriptor`` labels the kind for operators (the console and
     ``awa_descriptors``); without one, the first line of the handler's
     docstring is its description.
+
+    ``atomic=True`` (plain functions only: an ``async def`` handler raises
+    ``TypeError`` here) runs each attempt inside one transaction on the
+    handler thread's Django connection for the job's database: the
+    handler's ORM writes, the jobs it enqueues there and the attempt's
+    completion commit together or not at all.  Any exception (``RetryAfter``,
+    ``Snooze``, ``Cancel`` included) rolls the handler's writes back before
+    the outcome is recorded, and an attempt that was rescued, cancelled or
+    handed back meanwhile rolls back too (see the how-to guide "Atomic handlers").
+
+    ``concurrency_key`` (a string, or a callable given the call's arguments
+    that returns the key or None) with ``concurrency_limit=N`` (default 1):
+    at most N attempts of one key run at once across the whole fleet;
+    ``.using(concurrency_key=..., concurrency_limit=...)`` sets them per call
+    (see the concurrency-keys how-to).
     """
 
     def register(target: Callable[..., Any]) -> Job[..., Any]:
@@ -455,6 +513,9 @@ def job(
             max_attempts=max_attempts,
             takes_context=takes_context,
             descriptor=descriptor,
+            atomic=atomic,
+            concurrency_key=concurrency_key,
+            concurrency_limit=concurrency_limit,
         )
         registry.add(wrapped)
         return wrapped

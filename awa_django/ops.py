@@ -14,7 +14,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from . import stripes
+from . import backpressure, stripes
 from .conf import awa_settings
 from .cron import PeriodicInfo, fire_metadata, next_occurrence
 from .exceptions import CallbackNotFound, InvalidJob, JobNotFound
@@ -141,6 +141,39 @@ def queue_counts(queue: str, *, database: str | None = None) -> dict[str, int]:
     :func:`list_queues`).  To total the jobs, add up the states
     (``awa_django.records.JOB_STATES``) rather than every value."""
     return run(job_store.queue_counts(check_queue(queue)), database)
+
+
+def queue_depth(queue: str, *, database: str | None = None) -> int:
+    """The exact number of available jobs of ``queue`` (due, not yet claimed),
+    read from its lane counters in one cheap statement however long the queue
+    is: the figure ``max_queue_depth`` and :func:`wait_for_room` compare."""
+    return run(queue_store.depths([check_queue(queue)]), database)[queue][0]
+
+
+#: The names of ``wait_for_room``'s limits, for its error messages.
+ROOM_NAMES = ("max_depth", "timeout")
+
+
+def wait_for_room(
+    queue: str, max_depth: int, timeout: float | dt.timedelta, *, database: str | None = None
+) -> int:
+    """Return once ``queue`` holds at most ``max_depth`` available jobs, polling
+    for up to ``timeout`` seconds (0: check once); returns its depth then.
+    Raises ``QueueFull`` when the queue is still over the limit at the
+    deadline, and ``InvalidJob`` for a negative limit or timeout, or for a
+    nonzero timeout inside ``transaction.atomic()`` (waiting would hold the
+    transaction open).  See ``awa_django.backpressure``."""
+    return backpressure.wait_for_room([queue], max_depth, timeout, database, names=ROOM_NAMES)
+
+
+async def await_for_room(
+    queue: str, max_depth: int, timeout: float | dt.timedelta, *, database: str | None = None
+) -> int:
+    """:func:`wait_for_room` for async producers: the pauses run on the event
+    loop, the checks in Django's sync thread."""
+    return await backpressure.await_for_room(
+        [queue], max_depth, timeout, database, names=ROOM_NAMES
+    )
 
 
 def cancel_job(
@@ -366,6 +399,7 @@ def move_failed_to_dlq(
 aget_job = sync_to_async(get_job)
 alist_jobs = sync_to_async(list_jobs)
 aqueue_counts = sync_to_async(queue_counts)
+aqueue_depth = sync_to_async(queue_depth)
 acancel_job = sync_to_async(cancel_job)
 aretry_job = sync_to_async(retry_job)
 acomplete_external = sync_to_async(complete_external)

@@ -28,6 +28,17 @@ from awa_django.storage.connection import conninfo
 ROOT = Path(__file__).resolve().parent.parent
 
 
+#: Heartbeats and rescues a few hundred milliseconds apart: a killed or
+#: overrunning worker's attempts come back within a couple of seconds.
+FAST_RESCUE = {
+    "HEARTBEAT_INTERVAL": 0.3,
+    "HEARTBEAT_STALENESS": 1.5,
+    "HEARTBEAT_RESCUE_INTERVAL": 0.3,
+    "DEADLINE_RESCUE_INTERVAL": 0.2,
+    "PROMOTE_INTERVAL": 0.1,
+}
+
+
 @pytest.fixture
 def queue() -> str:
     """A queue name no other test uses, so tests never see each other's jobs."""

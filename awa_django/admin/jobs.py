@@ -18,7 +18,7 @@ from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.urls import reverse
 
-from .. import ops
+from .. import concurrency, ops
 from ..conf import awa_settings
 from ..exceptions import InvalidJob, JobNotFound
 from ..jobs import registry
@@ -196,6 +196,8 @@ class JobAdmin(ConsoleAdmin):
             "args": pretty(job.args),
             "kwargs": pretty(job.kwargs),
             "metadata": pretty(job.metadata),
+            "concurrency_key": concurrency.key_of(job.metadata),
+            "concurrency_limit": job.metadata.get(concurrency.CONCURRENCY_LIMIT, 1),
             "progress": pretty(job.progress) if job.progress is not None else "",
             "return_value": pretty(job.return_value) if job.return_value is not None else "",
             "errors": list(reversed(job.errors)),

@@ -20,3 +20,10 @@ async def noop_async(enqueued_at: float = 0.0) -> None:
 def noop_sync(enqueued_at: float = 0.0) -> None:
     if enqueued_at:
         LATENCIES.append(time.time() - enqueued_at)
+
+
+@job(kind="awa_django.bench.noop_atomic", queue="awa_bench", atomic=True)
+def noop_atomic(enqueued_at: float = 0.0) -> None:
+    """``noop_sync`` closed in its own transaction (``awa_bench --atomic``)."""
+    if enqueued_at:
+        LATENCIES.append(time.time() - enqueued_at)

@@ -133,26 +133,28 @@ def drain_compared(options: BenchOptions) -> dict[str, Any]:
     """Drain ``options.jobs`` no-op jobs with telemetry off and on, ``ROUNDS``
     times each, alternating; returns both throughputs, on/off and the CPU
     time per job each way."""
-    per_side = {"off": [0, 0.0, 0.0], "on": [0, 0.0, 0.0]}
+    cpu = {"off": 0.0, "on": 0.0}
+    jobs = {"off": 0, "on": 0}
     exported: dict[str, Any] = {"spans": 0, "metric_exports": 0, "sampler": ""}
-    for round_ in range(ROUNDS):
-        for side in ("off", "on") if round_ % 2 == 0 else ("on", "off"):
-            workloads.bulk_enqueue(options)
-            cpu = time.process_time()
-            if side == "on":
-                with recording() as record:
-                    result = workloads.drain(options)
-                exported["spans"] += record.spans.spans
-                exported["metric_exports"] += record.metrics.exports
-                exported["sampler"] = record.sampler
-            else:
-                with without_otel():
-                    result = workloads.drain(options)
-            per_side[side][2] += time.process_time() - cpu
-            per_side[side][0] += int(result["jobs"])
-            per_side[side][1] += float(result["seconds"])
-    rates = {side: jobs / seconds for side, (jobs, seconds, _) in per_side.items()}
-    cpu_us = {side: cpu / jobs * 1e6 for side, (jobs, _, cpu) in per_side.items()}
+
+    def run_side(side: str) -> dict[str, Any]:
+        workloads.bulk_enqueue(options)
+        began = time.process_time()
+        if side == "on":
+            with recording() as record:
+                result = workloads.drain(options)
+            exported["spans"] += record.spans.spans
+            exported["metric_exports"] += record.metrics.exports
+            exported["sampler"] = record.sampler
+        else:
+            with without_otel():
+                result = workloads.drain(options)
+        cpu[side] += time.process_time() - began
+        jobs[side] += int(result["jobs"])
+        return result
+
+    rates = workloads.alternate(ROUNDS, ("off", "on"), run_side)
+    cpu_us = {side: cpu[side] / jobs[side] * 1e6 for side in cpu}
     return {
         "rounds": ROUNDS,
         "jobs_per_round": options.jobs,

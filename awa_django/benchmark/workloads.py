@@ -100,6 +100,7 @@ def _worker_config(options: BenchOptions, *, burst: bool) -> WorkerConfig:
         queues=[f"{options.queue}:{options.workers}"],
         burst=burst,
         imports=(BENCH_IMPORT,),
+        database=options.database,
     )
     return config.with_queue_changes(claim_batch_size=min(512, options.workers))
 
@@ -167,6 +168,22 @@ def _rss_bytes() -> int:
             return int(statm.read().split()[1]) * resource.getpagesize()
     except OSError:  # not Linux: the peak so far is the best we have
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def alternate(
+    rounds: int, sides: tuple[str, str], run_side: Callable[[str], dict[str, Any]]
+) -> dict[str, float]:
+    """Jobs per second of each side over ``rounds`` runs of it, the two
+    taking turns to go first (A B, B A, ...) so that the drift of a busy
+    machine hits both alike.  ``run_side(side)`` runs one and returns its
+    :func:`drain` result (``jobs``, ``seconds``)."""
+    totals = {side: [0, 0.0] for side in sides}
+    for round_ in range(rounds):
+        for side in sides if round_ % 2 == 0 else sides[::-1]:
+            result = run_side(side)
+            totals[side][0] += int(result["jobs"])
+            totals[side][1] += float(result["seconds"])
+    return {side: jobs / seconds for side, (jobs, seconds) in totals.items()}
 
 
 def drain(options: BenchOptions) -> dict[str, Any]:

@@ -169,10 +169,17 @@ class Observers:
                 log.exception("observer hook %r failed", hook)
 
     def _scope(self, method: str, *args: Any) -> AbstractContextManager[Any]:
+        scoping = [o for o in self._may_scope if o.scoped]
+        if len(scoping) == 1:
+            # The common case (one tracer): its scope as it is, no stack around it.
+            try:
+                scope = getattr(scoping[0], method)(*args)
+            except Exception:
+                log.exception("observer %r failed in %s", scoping[0], method)
+                scope = None
+            return scope if scope is not None else contextlib.nullcontext()
         stack = contextlib.ExitStack()
-        for observer in self._may_scope:
-            if not observer.scoped:
-                continue
+        for observer in scoping:
             try:
                 scope = getattr(observer, method)(*args)
                 if scope is not None:

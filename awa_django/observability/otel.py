@@ -44,19 +44,28 @@ Spans
     next worker closes it) ends it at once, marked ``interrupted``.
 
 Cost
-    Per job: one span (six attributes when it starts, the outcome when it
-    ends), one histogram record with an attribute dict cached per (queue,
-    kind, outcome), and a few dict updates.  The SDK's span and attribute
-    handling is most of it; ``awa_bench --telemetry both`` measures it.
+    The hot path does as little as it can: the attempt scope makes a
+    :class:`_LazySpan` current (a start time, no SDK span yet), and closing
+    an attempt appends one item to a deque.  A daemon thread (``awa-otel``)
+    does the rest a few dozen times a second -- the SDK span, built with
+    the recorded start time and the outcome among its attributes and ended
+    at the recorded end time, the duration histogram, the outcome counts --
+    so that work fills the time the event loop waits on PostgreSQL instead
+    of sitting between two claims.  A handler that looks at its span (a
+    child span, ``get_current_span()``, an enqueue capturing the
+    traceparent) builds it at once.  ``awa_bench --telemetry both``
+    measures what is left.
 """
 
 from __future__ import annotations
 
+import collections
 import importlib.metadata
+import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -80,6 +89,8 @@ from ..payload import TRACEPARENT_KEY
 from ..records import DLQ, FAILED, RETRYABLE, ClaimedJob, Closure, PreparedJob
 from . import metrics as table
 from .hooks import Observer, QueueSample
+
+log = logging.getLogger(__name__)
 
 #: The instrumentation scope: what a backend shows as the library that
 #: produced a span or a metric.
@@ -219,52 +230,178 @@ def _version() -> str:
         return ""
 
 
-class _Open:
-    """A process span between the handler's start and the durable outcome."""
+class _LazySpan(Span):
+    """An attempt's ``process`` span, built only when someone looks at it.
 
-    __slots__ = ("error", "span")
+    The SDK spends tens of microseconds building a span (ids, the sampler,
+    attribute validation, the processor hand-off), as much again as the
+    whole claim-run-close of a no-op job.  So the attempt scope records the
+    start time and makes this stand-in the ambient span; the real span is
+    built with that start time by whoever needs it first: the handler (a
+    child span, ``trace.get_current_span()``, a traceparent captured by an
+    enqueue inside it) on its own thread, or -- for most jobs -- the
+    observer's telemetry thread after the outcome is durable, with the
+    outcome among its first attributes.  Every method forwards to the real
+    span; building it is done once, under a lock.
+    """
 
-    def __init__(self, span: Span) -> None:
-        self.span = span
+    __slots__ = ("_job", "_lock", "_observer", "_real", "error", "start_ns")
+
+    def __init__(self, observer: OtelObserver, job: ClaimedJob) -> None:
+        self._observer = observer
+        self._job = job
+        self._lock = threading.Lock()
+        self._real: Span | None = None
+        self.start_ns = time.time_ns()
+        #: The exception the handler raised, if it raised one (its meaning is
+        #: known once the closure is).
         self.error: BaseException | None = None
+
+    def real(self, outcome: str | None = None) -> Span:
+        """The SDK's span, built now if nobody asked for it before
+        (``outcome``: an attribute it starts with)."""
+        real = self._real
+        if real is None:
+            with self._lock:
+                real = self._real
+                if real is None:
+                    real = self._real = self._observer._start_process(
+                        self._job, self.start_ns, outcome
+                    )
+        return real
+
+    @property
+    def built(self) -> bool:
+        return self._real is not None
+
+    def end(self, end_time: int | None = None) -> None:
+        self.real().end(end_time)
+
+    def get_span_context(self) -> SpanContext:
+        return self.real().get_span_context()
+
+    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+        self.real().set_attributes(attributes)
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        self.real().set_attribute(key, value)
+
+    def add_event(
+        self, name: str, attributes: Mapping[str, Any] | None = None, timestamp: int | None = None
+    ) -> None:
+        self.real().add_event(name, attributes, timestamp)
+
+    def add_link(self, context: SpanContext, attributes: Mapping[str, Any] | None = None) -> None:
+        self.real().add_link(context, attributes)
+
+    def update_name(self, name: str) -> None:
+        self.real().update_name(name)
+
+    def is_recording(self) -> bool:
+        return self.real().is_recording()
+
+    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
+        self.real().set_status(status, description)
+
+    def record_exception(
+        self,
+        exception: BaseException,
+        attributes: Mapping[str, Any] | None = None,
+        timestamp: int | None = None,
+        escaped: bool = False,
+    ) -> None:
+        self.real().record_exception(exception, attributes, timestamp, escaped)
 
 
 class _AttemptScope:
-    """Makes the attempt's span the ambient context while the handler runs."""
+    """Makes the attempt's (lazy) span the ambient context while the handler runs."""
 
-    __slots__ = ("_job", "_key", "_observer", "_opened", "_token")
+    __slots__ = ("_job", "_key", "_observer", "_span", "_token")
 
     def __init__(self, observer: OtelObserver, job: ClaimedJob) -> None:
         self._observer = observer
         self._job = job
 
     def __enter__(self) -> Span:
-        self._key = (self._job.job_id, self._job.run_lease)
-        span = self._observer._start_process(self._job)
-        self._opened = _Open(span)
-        self._observer._open[self._key] = self._opened
-        # The API's no-op span (no SDK configured) would only hide the context.
-        self._token = (
-            otel_context.attach(trace.set_span_in_context(span))
-            if span.get_span_context().is_valid
-            else None
-        )
+        job = self._job
+        self._key = (job.job_id, job.run_lease)
+        span = self._span = _LazySpan(self._observer, job)
+        self._observer._open[self._key] = span
+        self._token = otel_context.attach(trace.set_span_in_context(span))
         return span
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        if self._token is not None:
-            otel_context.detach(self._token)
+        otel_context.detach(self._token)
         if exc is None:
             return
         if isinstance(exc, Exception):
-            self._opened.error = exc  # what it means is known once the closure is
+            self._span.error = exc
             return
         # Cancelled (shutdown) or interrupted: no closure will come from here.
         self._observer._open.pop(self._key, None)
-        span = self._opened.span
-        span.set_attribute(JOB_OUTCOME, "interrupted")
+        span = self._span.real("interrupted")
         span.record_exception(exc)
         span.end()
+
+
+class _Deferred:
+    """Telemetry work handed from the hot path to a thread of its own.
+
+    Closing an attempt records a histogram point, counts the outcome and
+    builds and ends the span: work the event loop (or the handler thread)
+    would otherwise do between two claims.  Here it only appends to a
+    deque; a daemon thread (``awa-otel``) drains it a few dozen times a
+    second, in small chunks that let the GIL go between them, so the work
+    fills the time the loop spends waiting on PostgreSQL.  Nothing is lost
+    or reordered in meaning: times are taken on the hot path (the span's
+    start and end, the duration), and :meth:`drain` runs what is left when
+    the worker stops or flushes.
+    """
+
+    #: How often the thread wakes to drain (seconds).
+    INTERVAL = 0.05
+    #: Items per chunk before the thread lets other threads run.
+    CHUNK = 64
+
+    def __init__(self) -> None:
+        self._items: collections.deque[Callable[[], None]] = collections.deque()
+        self._drain_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+
+    def put(self, work: Callable[[], None]) -> None:
+        self._items.append(work)
+        if self._thread is None:
+            self._start()
+
+    def _start(self) -> None:
+        with self._start_lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="awa-otel", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.INTERVAL)
+            self.drain(chunked=True)
+
+    def drain(self, *, chunked: bool = False) -> None:
+        """Run every queued item (in the caller's thread)."""
+        items = self._items
+        with self._drain_lock:
+            done = 0
+            while items:
+                try:
+                    work = items.popleft()
+                except IndexError:
+                    break
+                try:
+                    work()
+                except Exception:
+                    log.exception("recording awa telemetry failed")
+                done += 1
+                if chunked and done % self.CHUNK == 0:
+                    time.sleep(0)  # let the event loop have the GIL back
 
 
 class OtelObserver(Observer):
@@ -291,7 +428,8 @@ class OtelObserver(Observer):
         self.meter = otel_metrics.get_meter(SCOPE, version, meter_provider=meter_provider)
         # Attempts whose span is open, by (job_id, run_lease): written on
         # handler threads, read on the event loop (single dict operations).
-        self._open: dict[tuple[int, int], _Open] = {}
+        self._open: dict[tuple[int, int], _LazySpan] = {}
+        self._deferred = _Deferred()
         self._process: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
         self._samples: tuple[float, Sequence[QueueSample]] | None = None
         self._up: bool | None = None  # None until this process runs a worker
@@ -427,25 +565,27 @@ class OtelObserver(Observer):
     def attempt_scope(self, job: ClaimedJob) -> AbstractContextManager[Any] | None:
         return _AttemptScope(self, job)
 
-    def _start_process(self, job: ClaimedJob) -> Span:
+    def _start_process(self, job: ClaimedJob, start_ns: int, outcome: str | None) -> Span:
         name, base = self._process_base(job.queue, job.kind)
         attributes = {**base, MESSAGING_MESSAGE_ID: str(job.job_id), JOB_ATTEMPT: job.attempt}
+        if outcome is not None:
+            attributes[JOB_OUTCOME] = outcome
         parent = parse_traceparent(job.metadata.get(TRACEPARENT_KEY)) if job.metadata else None
         if parent is None:
-            return self.tracer.start_span(
-                name, context=_ROOT, kind=SpanKind.CONSUMER, attributes=attributes
-            )
-        if job.attempt <= 1:
+            context, links = _ROOT, None
+        elif job.attempt <= 1:
             # The first attempt continues the producer's trace.
-            return self.tracer.start_span(
-                name,
-                context=trace.set_span_in_context(NonRecordingSpan(parent)),
-                kind=SpanKind.CONSUMER,
-                attributes=attributes,
-            )
-        # A retry: a trace of its own, linked to where the job was enqueued.
+            context, links = trace.set_span_in_context(NonRecordingSpan(parent)), None
+        else:
+            # A retry: a trace of its own, linked to where the job was enqueued.
+            context, links = _ROOT, [Link(parent)]
         return self.tracer.start_span(
-            name, context=_ROOT, kind=SpanKind.CONSUMER, attributes=attributes, links=[Link(parent)]
+            name,
+            context=context,
+            kind=SpanKind.CONSUMER,
+            attributes=attributes,
+            links=links,
+            start_time=start_ns,
         )
 
     def _process_base(self, queue: str, kind: str) -> tuple[str, dict[str, Any]]:
@@ -466,6 +606,19 @@ class OtelObserver(Observer):
 
     def closed(self, job: ClaimedJob, closure: Closure, applied: bool, seconds: float) -> None:
         self._settled()
+        span = self._open.pop((job.job_id, job.run_lease), None)
+        end_ns = time.time_ns() if span is not None else 0
+        self._deferred.put(lambda: self._record_close(job, closure, applied, seconds, span, end_ns))
+
+    def _record_close(
+        self,
+        job: ClaimedJob,
+        closure: Closure,
+        applied: bool,
+        seconds: float,
+        lazy: _LazySpan | None,
+        end_ns: int,
+    ) -> None:
         # The closure's label (a move to the DLQ says "failed": awa.job.dlq
         # counts the moves), as the Prometheus exporter records it.
         outcome = closure.outcome
@@ -478,22 +631,24 @@ class OtelObserver(Observer):
                 self._dlq.add((job.queue, job.kind))
         else:
             self._stale.add((job.queue, job.kind))
-        opened = self._open.pop((job.job_id, job.run_lease), None)
-        if opened is None:
+        if lazy is None:
             return  # no handler ran (an unknown kind, arguments that no longer fit)
-        span = opened.span
-        span.set_attribute(JOB_OUTCOME, outcome)
+        if lazy.built:
+            span = lazy.real()
+            span.set_attribute(JOB_OUTCOME, outcome)
+        else:
+            span = lazy.real(outcome)
         if not applied:
             span.set_attribute(JOB_STALE, True)
         if closure.target in _ERROR_TARGETS:
-            error = opened.error
+            error = lazy.error
             if error is not None:
                 span.record_exception(error)
                 description = f"{type(error).__name__}: {error}"
             else:
                 description = closure.reason or outcome
             span.set_status(Status(StatusCode.ERROR, description))
-        span.end()
+        span.end(end_ns)
 
     def _settled(self) -> None:
         with self._running_lock:
@@ -501,10 +656,10 @@ class OtelObserver(Observer):
 
     def parked(self, job: ClaimedJob) -> None:
         self._settled()
-        opened = self._open.pop((job.job_id, job.run_lease), None)
-        if opened is not None:
-            opened.span.set_attribute(JOB_OUTCOME, "waiting_external")
-            opened.span.end()
+        lazy = self._open.pop((job.job_id, job.run_lease), None)
+        if lazy is not None:
+            end_ns = time.time_ns()
+            self._deferred.put(lambda: lazy.real("waiting_external").end(end_ns))
 
     def maintained(self, task: str, result: object, seconds: float) -> None:
         self._task_duration.record(seconds, self._task_labels(task))
@@ -540,6 +695,7 @@ class OtelObserver(Observer):
     def flush(self, timeout: float) -> None:
         """Export what the SDK buffered (spans, metrics), within ``timeout`` overall."""
         deadline = time.monotonic() + timeout
+        self._deferred.drain()
         for provider in (
             self._tracer_provider or trace.get_tracer_provider(),
             self._meter_provider or otel_metrics.get_meter_provider(),
@@ -551,10 +707,10 @@ class OtelObserver(Observer):
 
     def _abandon_open(self) -> None:
         """End the spans of attempts this process will not close (it stops)."""
+        self._deferred.drain()
         left, self._open = self._open, {}
-        for opened in left.values():
-            opened.span.set_attribute(JOB_OUTCOME, "abandoned")
-            opened.span.end()
+        for lazy in left.values():
+            lazy.real("abandoned").end()
 
     # -- observable gauges -------------------------------------------------------
 

@@ -22,7 +22,9 @@ in ``stale`` and logged, never applied.
   on their own are isolated: one bad closure never drops the completions of
   its 511 batch-mates.
 
-Both emit completion events: listeners registered with :meth:`subscribe`
+An atomic handler writes its completion in its own transaction
+(:mod:`.atomic`); :meth:`Completer.settled` accounts for it like a flushed
+one.  Both emit completion events: listeners registered with :meth:`subscribe`
 receive the list of :class:`CompletionEvent` of every flush (applied and
 stale alike).  This is the hook metrics, signals and logs build on; with no
 listener it costs nothing.
@@ -34,6 +36,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import psycopg
 
@@ -41,6 +44,9 @@ from ..records import Closure
 from ..storage import AsyncRunner
 from ..storage.attempts import close_attempts
 from .config import CompleterConfig
+
+if TYPE_CHECKING:
+    from .atomic import Settled
 
 log = logging.getLogger("awa_django.worker")
 
@@ -88,6 +94,14 @@ class Completer:
     async def submit(self, closure: Closure) -> bool:
         """Close one attempt; True if it was applied, False if it was stale."""
         return (await self.submit_many([closure]))[0]
+
+    def settled(self, settled: Settled) -> bool:
+        """Account for a closure written elsewhere (an atomic handler's own
+        transaction, see :mod:`.atomic`): counted, logged when stale and
+        announced to listeners like a flushed one; returns ``applied``."""
+        closure = settled.closure
+        won = {(closure.job_id, closure.run_lease)} if settled.applied else set()
+        return self._settle([closure], won)[0]
 
     async def submit_many(self, closures: Sequence[Closure]) -> list[bool]:
         """Close these attempts in one statement now, whatever is pending."""

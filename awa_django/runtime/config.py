@@ -157,6 +157,9 @@ class WorkerConfig:
     imports: tuple[str, ...] = ()
     # ``HOST:PORT`` of the health listener (``--health-addr``), or None.
     health_addr: str | None = None
+    # The Django alias ``conninfo`` was built from (``--database``; None:
+    # ``AWA["DATABASE"]``): atomic handlers open their transaction on it.
+    database: str | None = None
 
     def __post_init__(self) -> None:
         if self.health_addr is not None:
@@ -282,6 +285,7 @@ def build_config(
     maintenance: bool = True,
     imports: Sequence[str] = (),
     health_addr: str | None = None,
+    database: str | None = None,
 ) -> WorkerConfig:
     """Worker configuration for ``queues`` (``NAME[:N]``; default: every configured queue)."""
     selected = (
@@ -318,4 +322,5 @@ def build_config(
         maintenance=maintenance,
         imports=tuple(imports),
         health_addr=health_addr,
+        database=database,
     )

@@ -49,6 +49,7 @@ import uuid
 from collections.abc import Awaitable, Sequence
 from datetime import UTC, datetime
 
+from ..concurrency import CONCURRENCY_KEY
 from ..conf import RateLimit
 from ..context import JobContext
 from ..observability.hooks import observers
@@ -57,6 +58,7 @@ from ..storage import AsyncRunner
 from ..storage import rate as rate_store
 from ..storage.attempts import claim
 from ..stripes import Rotation
+from .atomic import Settled
 from .completer import Completer
 from .config import QueuePolicy
 from .executor import Executor, context_for
@@ -70,6 +72,9 @@ CLAIM_ERROR_DELAY = 1.0
 WAKEUP_DEBOUNCE = 0.001
 # How much each empty / fruitful notified claim lengthens / shortens that wait.
 BACKOFF_FACTOR = 4.0
+# Wait after a keyed attempt closed before claiming again (seconds), so the
+# closes of one completion flush free their slots for one claim.
+SLOT_FREED_DELAY = 0.002
 
 
 def _local_rate(policy: QueuePolicy) -> RateLimit | None:
@@ -226,6 +231,9 @@ class Dispatcher:
         self._runtime_id = runtime_id
         self._wakeup = wakeup
         self._stopping = stopping
+        # Set when an attempt with a concurrency key closed: its slot is
+        # free, so a job of that key held aside may be claimable now.
+        self._slot_freed = asyncio.Event()
         rate = _local_rate(policy)
         self._bucket = TokenBucket(rate.max_rate, rate.burst) if rate else None
         # A fleet-wide limit (rate_limit_scope "fleet"): tokens come from the
@@ -397,6 +405,7 @@ class Dispatcher:
             if await self._wait(self.permits.acquire()) < 0:
                 return
             self._wakeup.clear()
+            self._slot_freed.clear()
             try:
                 jobs = await self._claim(loop)
             except Exception as exc:
@@ -415,23 +424,40 @@ class Dispatcher:
     async def _idle(self, loop: int) -> None:
         """Sleep until a NOTIFY or the poll interval; after a NOTIFY, wait the
         back-off delay too, so whatever is notified meanwhile shares the claim.
-        A policy change ends the sleep (the next claim uses it)."""
+        A policy change ends the sleep (the next claim uses it); so does the
+        close of an attempt with a concurrency key, which cuts the back-off
+        short (its key may have a held job to hand out)."""
         poll = self.policy.queue.poll_interval
-        if await self._wait(self._wakeup.wait(), self._retuned.wait(), timeout=poll) == 0:
+        woken = await self._wait(
+            self._wakeup.wait(), self._retuned.wait(), self._slot_freed.wait(), timeout=poll
+        )
+        if woken == 0:
             self._notified[loop] = True
-            await self._wait(asyncio.sleep(self.backoff.delay()))
+            delay = asyncio.sleep(self.backoff.delay())
+            if await self._wait(delay, self._slot_freed.wait()) == 1:
+                woken = 2
+        if woken == 2:
+            # A concurrency slot came free here: claim again soon, not after
+            # the NOTIFY back-off (empty claims of a busy key raise it), with
+            # a pause for the closes flushed together to free theirs too.
+            await self._wait(asyncio.sleep(SLOT_FREED_DELAY))
 
     async def _run_job(self, job: ClaimedJob, ctx: JobContext, batch: ClaimBatch) -> None:
         began = time.perf_counter()
         try:
-            closure = await self._executor.run(
+            outcome = await self._executor.run(
                 job, ctx, dlq=self.policy.dlq, long_running=self.policy.queue.long_running
             )
-            if closure is None:
+            if outcome is None:
                 if observers.active:
                     observers.parked(job)
                 return  # parked: the lease holds the attempt, the slot is free
-            applied = await self._completer.submit(closure)
+            if isinstance(outcome, Settled):  # an atomic handler closed it itself
+                closure, applied = outcome.closure, self._completer.settled(outcome)
+            else:
+                closure, applied = outcome, await self._completer.submit(outcome)
+            if CONCURRENCY_KEY in job.metadata:
+                self._slot_freed.set()
             if observers.active:
                 observers.closed(job, closure, applied, time.perf_counter() - began)
         except asyncio.CancelledError:

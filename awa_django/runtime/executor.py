@@ -7,7 +7,9 @@ never leaks from one job into the next.
 
 What each outcome becomes is the pure mapping in :mod:`.closures`.  A kind
 this process does not know, or arguments that no longer fit the handler,
-fail terminally.
+fail terminally.  An ``atomic=True`` handler closes a successful attempt
+itself, inside its own transaction (:mod:`.atomic`): :meth:`Executor.run`
+then returns the :class:`~.atomic.Settled` result instead of a closure.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ..jobs import Job, registry
 from ..observability.hooks import observers
 from ..outcomes import Cancel, WaitForCallback
 from ..records import COMPLETED, ClaimedJob, Closure
+from .atomic import Settled, call_atomic
 from .closures import cancelled, completed, error_entry, failed, not_parked, raised
 from .leases import AttemptLease, LeaseHub
 from .threads import HandlerThreads
@@ -36,8 +39,10 @@ log = logging.getLogger("awa_django.worker")
 class Executor:
     """Runs handlers; owns the thread pool for sync jobs."""
 
-    def __init__(self, threads: int) -> None:
+    def __init__(self, threads: int, database: str | None = None) -> None:
         self._threads = HandlerThreads(threads)
+        # The Django alias of the worker's database: atomic handlers' transactions.
+        self._database = database
 
     def shutdown(self) -> None:
         self._threads.shutdown()
@@ -57,9 +62,10 @@ class Executor:
 
     async def run(
         self, job: ClaimedJob, ctx: JobContext, *, dlq: bool, long_running: bool = False
-    ) -> Closure | None:
+    ) -> Closure | Settled | None:
         """Run the attempt; returns its closure, or None when it parked
-        waiting for a callback (nothing to write: the lease holds it).
+        waiting for a callback (nothing to write: the lease holds it), or
+        the :class:`Settled` completion an atomic handler already wrote.
 
         ``long_running`` (the queue's option) escalates the attempt to a
         lease before the handler starts.
@@ -76,8 +82,8 @@ class Executor:
             except Cancel as exc:
                 return cancelled(job, exc.reason)
         closure = await self._execute(definition, job, ctx, dlq=dlq)
-        if closure is None:
-            return None
+        if closure is None or isinstance(closure, Settled):
+            return closure
         closure = with_progress(closure, ctx)
         if isinstance(lease, AttemptLease):
             if lease.pending:
@@ -91,9 +97,14 @@ class Executor:
 
     async def _execute(
         self, definition: Job[..., Any], job: ClaimedJob, ctx: JobContext, *, dlq: bool
-    ) -> Closure | None:
+    ) -> Closure | Settled | None:
         log.debug("job %s (%s) attempt %s starting", job.job_id, job.kind, job.attempt)
         try:
+            if definition.atomic:
+                settled: Settled = await self._threads.submit(
+                    call_atomic, definition, ctx, job, self._database
+                )
+                return settled
             if definition.is_async:
                 if observers.scoped:
                     with observers.attempt_scope(job):

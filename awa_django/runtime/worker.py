@@ -109,7 +109,7 @@ class Worker:
             name="awa-worker",
         )
         run = AsyncRunner(self.pool)
-        self.executor = Executor(config.total_permits)
+        self.executor = Executor(config.total_permits, config.database)
         self.completer = BatchCompleter(config.completer, run)
         self.leases = LeaseHub(run, config.runtime_id, self._inflight_contexts)
         self.heartbeat = Heartbeat(

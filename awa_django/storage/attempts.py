@@ -84,19 +84,20 @@ def claim(
     unstriped queue.  The jobs carry the logical ``queue``.
     Each claim draws a fresh random nonce (see :class:`ClaimedJob`); only a
     claim that committed can be closed, so a reverted one never matches.
+    Jobs carrying a concurrency key come only with a slot of their key;
+    the others of that key wait aside (``v021_concurrency.sql``).
     """
     nonce = random.getrandbits(63)  # the bigint range; not a secret, only unrepeatable
     if len(stripes) > 1:
-        rows = yield Execute.named(
-            "runtime",
-            "claim_striped",
-            [queue, list(stripes), limit, runtime_id, deadline, aging_interval, nonce],
-        )
+        logical, physical = queue, list(stripes)
     else:
-        physical = stripes[0] if stripes else queue
-        rows = yield Execute.named(
-            "runtime", "claim_ready", [physical, limit, runtime_id, deadline, aging_interval, nonce]
-        )
+        logical = stripes[0] if stripes else queue
+        physical = [logical]
+    rows = yield Execute.named(
+        "runtime",
+        "claim_ready",
+        [logical, physical, limit, runtime_id, deadline, aging_interval, nonce],
+    )
     return decode_claimed(rows, queue, nonce)
 
 

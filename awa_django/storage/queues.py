@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Sequence
 
 from .. import stripes
 from ..records import DescriptorInfo
@@ -150,3 +151,20 @@ def gauges() -> Steps[list[tuple[str, int, int, int, float, bool]]]:
             off or bool(paused),
         )
     return [(queue, *values) for queue, values in merged.items()]
+
+
+@operation
+def depths(queues: Sequence[str]) -> Steps[dict[str, tuple[int, bool]]]:
+    """``queue -> (available, paused)`` of each of the logical ``queues``, in one
+    cheap statement: the exact count of available jobs from the lane
+    counters (its stripes' summed), never a walk over the ready ring, and
+    whether the queue's control row says it is paused."""
+    names = stripes.physical_names(queues)
+    rows = yield Execute.named("queues", "available_depth", {"queues": names})
+    found = {name: (int(available), bool(paused)) for name, available, paused in rows}
+    result: dict[str, tuple[int, bool]] = {}
+    for queue in queues:
+        parts = stripes.physical_queues(queue)
+        # A stripe's pause is its logical queue's control row.
+        result[queue] = (sum(found[name][0] for name in parts), found[queue][1])
+    return result

@@ -9,7 +9,8 @@ backoff, snoozed, cancelled, failed or moved to the DLQ), one
 ``close_attempts`` per job.  Everything runs on Django's connection, so
 inside a ``TestCase`` it sees (and leaves behind, until the rollback) the
 test's own uncommitted jobs, and handlers' ORM writes join the same
-transaction.
+transaction.  An ``atomic=True`` handler runs in a savepoint of it with its
+close, as on a worker: when it raises, its writes are rolled back.
 
 Jobs the drained handlers enqueue are ready once the pass ends; with
 ``with_recursion`` (the default) the next pass runs them, until a pass
@@ -42,6 +43,7 @@ from .. import clock
 from ..conf import AwaSettings, awa_settings
 from ..payload import check_queue
 from ..records import DLQ, ClaimedJob, Closure
+from ..runtime.atomic import Settled, close_in_transaction
 from ..runtime.closures import completed, handed_back, raised
 from ..runtime.executor import call_handler, context_for, definition_for, with_progress
 from ..storage import testing as testing_store
@@ -147,8 +149,12 @@ def _run_pass(
     try:
         while unclosed:
             job = unclosed[0]
-            closure = _run_one(job, settings)
-            won = run(close_attempts([closure]), database)
+            closure = _run_one(job, settings, database)
+            if isinstance(closure, Settled):  # an atomic handler closed it itself
+                won = {(job.job_id, job.run_lease)} if closure.applied else set()
+                closure = closure.closure
+            else:
+                won = run(close_attempts([closure]), database)
             unclosed.popleft()
             if (job.job_id, job.run_lease) in won:
                 counts[DLQ if closure.target == DLQ else _LABELS[closure.outcome]] += 1
@@ -160,7 +166,7 @@ def _run_pass(
         raise
 
 
-def _run_one(job: ClaimedJob, settings: AwaSettings) -> Closure:
+def _run_one(job: ClaimedJob, settings: AwaSettings, database: str | None) -> Closure | Settled:
     queue_dlq = settings.dlq_enabled(job.queue)
     definition = definition_for(job, dlq=queue_dlq)
     if isinstance(definition, Closure):
@@ -168,6 +174,8 @@ def _run_one(job: ClaimedJob, settings: AwaSettings) -> Closure:
     dlq = definition.dlq_for(job.metadata, queue_dlq)
     ctx = context_for(job)
     try:
+        if definition.atomic:
+            return close_in_transaction(definition, ctx, job, database)
         value = call_handler(definition, ctx, job)
         if definition.is_async:
             value = async_to_sync(_awaited)(value)

@@ -429,3 +429,64 @@ async def started(ctx) -> None:
     """Records when it started (``HOLDS.start_times``) and finishes at once."""
     HOLDS.enter(ctx.queue)
     HOLDS.leave(ctx.queue)
+
+
+# --- atomic handlers (tests/beyond/test_atomic.py) --------------------------------
+
+#: Queue suffix of the follow-up jobs atomic test handlers enqueue.
+FOLLOW_UP = "-next"
+
+
+def _follow_up(ctx, label: str) -> None:
+    """Enqueue a ``record`` job on the follow-up queue of ``ctx.queue`` (in the
+    handler's transaction, so it exists only if the attempt commits)."""
+    record.using(queue=f"{ctx.queue}{FOLLOW_UP}").enqueue(label)
+
+
+@job(kind="testapp.atomic_record", takes_context=True, atomic=True)
+def atomic_record(ctx, failures: int = 0, outcome: str = "boom", heartbeat: bool = False) -> dict:
+    """Writes a row and enqueues a follow-up, then raises ``outcome`` on its
+    first ``failures`` runs (counted by run_lease: a snoozed re-run keeps its
+    attempt number) and returns on the next."""
+    if heartbeat:
+        ctx.heartbeat()  # escalates to a lease: the close takes the lease path
+    _record(ctx, "atomic")
+    _follow_up(ctx, f"after run {ctx.run_lease}")
+    if ctx.run_lease <= failures:
+        if outcome == "retry":
+            raise RetryAfter(0, "try again")
+        if outcome == "snooze":
+            raise Snooze(0)
+        if outcome == "cancel":
+            raise Cancel("changed my mind")
+        if outcome == "terminal":
+            raise TerminalError("no way")
+        raise ValueError("boom")
+    return {"attempt": ctx.attempt, "run_lease": ctx.run_lease}
+
+
+@job(kind="testapp.atomic_gated", takes_context=True, atomic=True)
+def atomic_gated(ctx, timeout: float = 60.0) -> str:
+    """Writes a row inside its transaction, reports progress (written by the
+    worker on its own connection, so a test can see the attempt running),
+    then holds until the test commits a :data:`RELEASE` row for the job --
+    whatever happens to its attempt meanwhile -- and returns."""
+    _record(ctx, "started")
+    ctx.set_progress(50, "holding its transaction open")
+    deadline = time.monotonic() + timeout
+    while not Execution.objects.filter(job_id=ctx.job_id, label=RELEASE).exists():
+        if time.monotonic() > deadline:
+            raise TerminalError(f"not released within {timeout}s")
+        time.sleep(0.02)
+    _record(ctx, "finished")
+    _follow_up(ctx, "after gated")
+    return f"released (cancelled={ctx.is_cancelled()})"
+
+
+@job(kind="testapp.atomic_overrun", takes_context=True, atomic=True)
+def atomic_overrun(ctx, seconds: float) -> bool:
+    """Writes, then overruns its deadline without looking, then returns."""
+    _record(ctx, "overrun")
+    _follow_up(ctx, "after overrun")
+    time.sleep(seconds)
+    return ctx.is_cancelled()

@@ -100,4 +100,4 @@ LOGGING = {
 
 if django.VERSION >= (6, 1):
     # 6.1's named mail backends (the tests swap each for the in-memory one).
-    MAILERS = {"default": {}}
+    MAILERS: dict[str, dict[str, object]] = {"default": {}}

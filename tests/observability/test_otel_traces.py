@@ -18,6 +18,7 @@ from testapp import jobs
 import awa_django
 from awa_django import job, ops
 from awa_django.payload import TRACEPARENT_KEY
+from awa_django.records import ClaimedJob, Closure
 from tests.conftest import run_burst
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -250,3 +251,49 @@ def test_aenqueue_continues_the_async_callers_trace(telemetry, queue):
     assert send.parent.span_id == request.context.span_id
     assert process.parent.span_id == send.context.span_id
     assert process.attributes["messaging.message.id"] == str(ref.id)
+
+
+def _claimed(job_id: int) -> ClaimedJob:
+    return ClaimedJob(
+        job_id=job_id, run_lease=1, kind="tests.otel.lazy", queue="q-lazy", priority=2,
+        effective_priority=2, attempt=1, max_attempts=25, args=[], kwargs={}, metadata={},
+        tags=[], errors=[], progress=None, claim_slot=0, batch_id=1, item=0,
+        deadline_at=None, claim_nonce=0,
+    )  # fmt: skip
+
+
+def test_the_hot_path_leaves_the_sdk_span_to_the_telemetry_thread(telemetry):
+    """An attempt whose handler never looks at its span costs the loop a
+    start time and a deque append; the span is built later, with the times
+    taken on the hot path and the outcome among its first attributes."""
+    observer = telemetry.observer
+    observer._deferred.INTERVAL = 3600  # this test drains by hand
+    job = _claimed(1)
+    with observer.attempt_scope(job) as lazy:
+        assert trace.get_current_span() is lazy and not lazy.built
+    closure = Closure(1, 1, 0, 1, 0, "completed", "completed")
+    observer.closed(job, closure, True, 0.002)
+    assert not lazy.built and telemetry.spans() == []
+
+    observer.flush(5.0)
+    (span,) = telemetry.spans("process tests.otel.lazy")
+    assert span.start_time == lazy.start_ns and span.end_time >= span.start_time
+    assert span.attributes["awa.job.outcome"] == "completed"
+    assert span.attributes["messaging.message.id"] == "1"
+    durations = telemetry.value(
+        "awa.job.duration", queue="q-lazy", kind="tests.otel.lazy", outcome="completed"
+    )
+    assert durations == 1
+
+
+def test_a_handler_that_looks_at_its_span_builds_it_at_once(telemetry):
+    observer = telemetry.observer
+    job = _claimed(2)
+    with observer.attempt_scope(job) as lazy:
+        context = trace.get_current_span().get_span_context()
+        assert lazy.built and context.is_valid
+    observer.closed(job, Closure(2, 1, 0, 1, 0, "completed", "completed"), True, 0.001)
+    observer.flush(5.0)
+    (span,) = telemetry.spans("process tests.otel.lazy")
+    assert span.context.span_id == context.span_id
+    assert span.attributes["awa.job.outcome"] == "completed"

@@ -43,10 +43,16 @@ def ping(ctx: JobContext, host: str, /) -> None:
     pass
 
 
+@job(atomic=True, takes_context=True)
+def settle(ctx: JobContext, order_id: int, /) -> str:
+    return f"{ctx.job_id}:{order_id}"
+
+
 def jobs_keep_their_types() -> None:
     assert_type(add, Job[[int, int], int])
     assert_type(add.using(queue="math"), JobCall[[int, int], int])
     assert_type(ping, ContextJob[[str], None])
+    assert_type(settle, ContextJob[[int], str])
     assert_type(fetch, Job[[Arg(str, "url")], Coroutine[Any, Any, bytes]])
 
 
@@ -69,6 +75,7 @@ async def correct_async_calls() -> None:
 
 def bad_calls(ctx: JobContext) -> None:
     send_email.enqueue("x", subject=1)  # type: ignore[arg-type]
+    settle.enqueue("7")  # type: ignore[arg-type]
     send_email.enqueue()  # type: ignore[call-arg]
     send_email.enqueue("x", "subject", True)  # type: ignore[call-arg]
     send_email.enqueue("x", cc="y")  # type: ignore[call-arg]

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from awa_django.benchmark import workloads
+from awa_django.benchmark import concurrency, oversupply, workloads
 from awa_django.benchmark.workloads import BenchOptions
 from awa_django.management.options import add_database_argument
 from awa_django.payload import check_queue
@@ -198,6 +198,38 @@ class Command(BaseCommand):
             "otel extra; spans are sampled as OTEL_TRACES_SAMPLER says (default: all). "
             "Default: whatever AWA['TELEMETRY'] installed.",
         )
+        parser.add_argument(
+            "--atomic",
+            action="store_true",
+            help="After the default stages, drain --jobs sync no-op jobs alternately plain and "
+            "@job(atomic=True) (at most 16 permits: each atomic handler thread holds a "
+            "connection) and report throughput atomic/plain. With --skip enqueue --skip drain "
+            "--skip latency only this comparison runs.",
+        )
+        parser.add_argument(
+            "--oversupply",
+            nargs="?",
+            const=oversupply.DEFAULT_MAX_DEPTH,
+            type=int,
+            metavar="N",
+            help="Focused stage (the other stages are skipped): measure the drain rate of "
+            "min(--jobs, 5000) 20 ms jobs, then "
+            "have --producers threads offer 3x that rate for --duration seconds through "
+            "enqueue_many(max_queue_depth=N) (default N "
+            f"{oversupply.DEFAULT_MAX_DEPTH}); samples the queue depth and reports its "
+            "maximum against N.",
+        )
+        parser.add_argument(
+            "--concurrency",
+            nargs="?",
+            const=concurrency.keys_and_limit(concurrency.DEFAULT),
+            type=concurrency.keys_and_limit,
+            metavar="KEYSxLIMIT",
+            help="After the default stages, drain --jobs no-op jobs alternately unlimited and "
+            "with a per-key concurrency limit (round-robin over KEYS keys, LIMIT running "
+            f"each; default {concurrency.DEFAULT}) and report throughput limited/unlimited. "
+            "With --skip enqueue --skip drain --skip latency only this comparison runs.",
+        )
         parser.add_argument("--json", metavar="PATH", help="Also write the report as JSON to PATH.")
         add_database_argument(parser)
 
@@ -236,7 +268,22 @@ class Command(BaseCommand):
             hot_stripes=options["stripes"] or (),
         )
         console = Console(stderr=True)
-        report = run_benchmark(bench, set(options["skip"]), console, options["telemetry"])
+        if options["oversupply"] is not None:
+            if options["oversupply"] < 0:
+                raise CommandError("--oversupply needs a depth limit of 0 or more")
+            report = oversupply.report(bench, options["oversupply"], console.log)
+            self._print(report)
+            if options["json"]:
+                Path(options["json"]).write_text(json.dumps(report, indent=2))
+            return
+        report = run_benchmark(
+            bench,
+            set(options["skip"]),
+            console,
+            options["telemetry"],
+            atomic=options["atomic"],
+            concurrency_keys=options["concurrency"],
+        )
         self._print(report)
         if options["json"]:
             Path(options["json"]).write_text(json.dumps(report, indent=2))
@@ -254,11 +301,19 @@ class Command(BaseCommand):
 
 
 def run_benchmark(
-    bench: BenchOptions, skip: set[str], console: Console, telemetry: str | None = None
+    bench: BenchOptions,
+    skip: set[str],
+    console: Console,
+    telemetry: str | None = None,
+    *,
+    atomic: bool = False,
+    concurrency_keys: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """Run the focused stages if any was asked for, else the default stages not in
-    ``skip`` (and, with ``telemetry="both"``, the drain with telemetry off and on);
-    returns the report (environment, options, results)."""
+    ``skip`` (and, with ``telemetry="both"``, the drain with telemetry off and on;
+    with ``atomic``, the drain of plain and atomic jobs; with ``concurrency_keys``
+    (keys, limit), the drain of unlimited and per-key limited jobs); returns the report
+    (environment, options, results)."""
     results: dict[str, Any] = {"storage_before": workloads.storage_snapshot(bench.database)}
     with (
         _telemetry(telemetry),
@@ -272,6 +327,12 @@ def run_benchmark(
             _default_stages(bench, skip, results, progress)
             if telemetry == "both":
                 _telemetry_stage(bench, results, progress)
+            if atomic:
+                from awa_django.benchmark import atomic as atomic_stage
+
+                atomic_stage.stage(bench, results, progress)
+            if concurrency_keys is not None:
+                concurrency.stage(bench, concurrency_keys, results, progress)
     return {
         "environment": {
             "date": time.strftime("%Y-%m-%d %H:%M:%S"),

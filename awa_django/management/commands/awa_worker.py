@@ -108,6 +108,7 @@ class Command(BaseCommand):
                 maintenance=not options["no_maintenance"],
                 imports=tuple(options["imports"]),
                 health_addr=options["health_addr"] or settings.health_addr,
+                database=database,
             )
         except InvalidJob as exc:
             raise CommandError(str(exc)) from None

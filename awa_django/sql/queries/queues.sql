@@ -117,3 +117,23 @@ SELECT q.queue,
   LEFT JOIN leased x ON x.queue = q.queue
   LEFT JOIN awa.queue_meta m ON m.queue = q.queue
  ORDER BY q.queue
+
+-- name: available_depth
+-- (queue, available, paused) of each named physical queue: the producers'
+-- backpressure check (awa_django.backpressure), run before every guarded
+-- batch and on every poll while one waits, so it reads the lane counters
+-- only -- each lane's next_seq - claim_seq, less the tombstones beyond its
+-- claim cursor (a primary-key range), exact as in queue_gauges -- and never
+-- the ready ring or its segments.  A queue without lanes has 0.
+SELECT q.queue,
+       GREATEST(COALESCE((
+           SELECT sum(e.next_seq - h.claim_seq - (
+                      SELECT count(*) FROM awa.ready_tombstones t
+                       WHERE t.queue = h.queue AND t.priority = h.priority AND t.shard = h.shard
+                         AND t.lane_seq >= h.claim_seq))
+             FROM awa.queue_claim_heads h
+             JOIN awa.queue_enqueue_heads e
+               ON e.queue = h.queue AND e.priority = h.priority AND e.shard = h.shard
+            WHERE h.queue = q.queue AND e.next_seq > h.claim_seq), 0), 0)::bigint,
+       EXISTS (SELECT FROM awa.queue_meta m WHERE m.queue = q.queue AND m.paused_at IS NOT NULL)
+  FROM unnest(%(queues)s::text[]) AS q(queue)

@@ -2,16 +2,12 @@
 -- (autocommit: each statement is its own short transaction).
 
 -- name: claim_ready
+-- One queue, or one logical queue over its stripes visited in the order
+-- given (an unstriped queue is its own only stripe).  Jobs with a
+-- concurrency key are handed out only with a slot of their key.
 SELECT job_id, run_lease, kind, priority, effective_priority, attempt, max_attempts,
        args, kwargs, metadata, tags, errors, progress, claim_slot, batch_id, item, deadline_at
-  FROM awa.claim_ready_v3(%s, %s, %s, make_interval(secs => %s), make_interval(secs => %s),
-                          %s)
-
--- name: claim_striped
--- One logical queue over its stripes, visited in the order given.
-SELECT job_id, run_lease, kind, priority, effective_priority, attempt, max_attempts,
-       args, kwargs, metadata, tags, errors, progress, claim_slot, batch_id, item, deadline_at
-  FROM awa.claim_ready_v4(%s, %s::text[], %s, %s, make_interval(secs => %s),
+  FROM awa.claim_ready_v6(%s, %s::text[], %s, %s, make_interval(secs => %s),
                           make_interval(secs => %s), %s)
 
 -- name: close_attempts

@@ -1,0 +1,124 @@
+"""Atomic handlers: a sync handler, its ORM writes and its completion in one transaction.
+
+``@job(atomic=True)`` moves the close of a successful attempt out of the
+batching completer and into the handler's own transaction.  On the handler
+thread, :func:`call_atomic` opens ``transaction.atomic()`` on that thread's
+Django connection for the job's database (the worker's ``--database``, by
+default ``AWA["DATABASE"]``), calls the handler, and, when it returns,
+writes the attempt's closure with the same guarded statement the completer
+uses (``awa.close_attempts_v3`` / ``awa.close_leases``) before the block
+commits.  So:
+
+* the handler's writes, the jobs it enqueued on that connection and the
+  terminal row commit together, or none of them does;
+* the run_lease guard is evaluated inside the transaction.  The close locks
+  the attempt's claim batch (or its lease) and finds it already closed when
+  a rescue, a cancel or a shutdown hand-back got there first: the statement
+  then returns no row, and :func:`call_atomic` raises inside the block so the
+  whole transaction -- the handler's writes included -- rolls back.  The
+  attempt is counted as a stale completion, as a late plain completion is.
+  A rescuer that comes after the close waits on the batch lock until the
+  transaction ends and then sees the closure: the two never both win;
+* a worker killed during the handler leaves an uncommitted transaction that
+  PostgreSQL rolls back when the connection drops; the attempt is rescued
+  like any other and the next attempt starts from the committed state.
+
+Only a return is written inside the transaction.  Any exception the handler
+raises (``RetryAfter``, ``Snooze``, ``Cancel``, ``TerminalError``,
+``WaitForCallback`` or an error) leaves the block first, so its writes are
+rolled back -- the job did not complete -- and the outcome then goes
+through the ordinary path: the closure is built by :mod:`.closures` and
+written by the completer on the worker's own connection.  An error raised
+by the close or the commit (a deferred constraint, a serialization failure,
+a lost connection) is treated the same way: a retryable failure of the
+attempt, whose closure the guard rejects as stale in the rare case the
+commit did land.
+
+What an atomic job costs: each completion is its own commit on the
+handler's connection instead of a share of a batched close, and the
+transaction stays open for as long as the handler runs.  A long atomic
+handler therefore holds its locks (the lane of each job it enqueued, the
+rows it wrote) and its snapshot until it returns, and while it holds a
+snapshot the maintenance leader will not prune a ring slot sealed after the
+transaction began (``awa.ring_slot_pinned``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from django.db import close_old_connections, transaction
+
+from ..context import JobContext
+from ..jobs import Job
+from ..observability.hooks import observers
+from ..records import ClaimedJob, Closure
+from ..storage.attempts import close_attempts
+from ..storage.base import run
+from ..storage.connection import alias_for
+from .closures import completed
+from .leases import is_leased
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """A closure already written (or rejected) inside the handler's transaction.
+
+    ``applied`` False: the attempt had been closed by someone else, and the
+    transaction rolled back.
+    """
+
+    closure: Closure
+    applied: bool
+
+
+class _StaleAttemptError(Exception):
+    """Raised inside the block to roll it back when the guard rejected the close."""
+
+
+def close_in_transaction(
+    definition: Job[..., Any],
+    ctx: JobContext,
+    job: ClaimedJob,
+    database: str | None,
+) -> Settled:
+    """Call the handler and close its attempt in one transaction on Django's
+    connection for ``database`` (default ``AWA["DATABASE"]``).
+
+    Returns the :class:`Settled` completion (committed, or rolled back as
+    stale); an exception of the handler, the close or the commit propagates
+    after the rollback.
+    """
+    # Imported here: the handler call lives with the executor, which imports us.
+    from .executor import call_handler
+
+    alias = alias_for(database)
+    try:
+        with transaction.atomic(using=alias):
+            value = call_handler(definition, ctx, job)
+            closure = completed(job, value)
+            if is_leased(ctx):
+                closure = replace(closure, leased=True)
+            won = run(close_attempts([closure]), alias)
+            if (job.job_id, job.run_lease) not in won:
+                raise _StaleAttemptError
+    except _StaleAttemptError:
+        return Settled(closure, applied=False)
+    return Settled(closure, applied=True)
+
+
+def call_atomic(
+    definition: Job[..., Any], ctx: JobContext, job: ClaimedJob, database: str | None
+) -> Settled:
+    """:func:`close_in_transaction` on a handler thread, with Django's
+    connection hygiene around it (``close_old_connections()``, as around any
+    sync handler) and the attempt's telemetry scope."""
+    close_old_connections()
+    try:
+        if observers.scoped:
+            with observers.attempt_scope(job):
+                return close_in_transaction(definition, ctx, job, database)
+        return close_in_transaction(definition, ctx, job, database)
+    finally:
+        close_old_connections()

@@ -1,0 +1,1 @@
+"""Issue 17: atomic handlers, dependencies, per-key concurrency, backpressure."""
