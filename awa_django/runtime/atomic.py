@@ -2,7 +2,7 @@
 
 ``@job(atomic=True)`` moves the close of a successful attempt out of the
 batching completer and into the handler's own transaction.  On the handler
-thread, :func:`call_atomic` opens ``transaction.atomic()`` on that thread's
+thread, :func:`close_in_transaction` opens ``transaction.atomic()`` on that thread's
 Django connection for the job's database (the worker's ``--database``, by
 default ``AWA["DATABASE"]``), calls the handler, and, when it returns,
 writes the attempt's closure with the same guarded statement the completer
@@ -14,7 +14,7 @@ commits.  So:
 * the run_lease guard is evaluated inside the transaction.  The close locks
   the attempt's claim batch (or its lease) and finds it already closed when
   a rescue, a cancel or a shutdown hand-back got there first: the statement
-  then returns no row, and :func:`call_atomic` raises inside the block so the
+  then returns no row, and :func:`close_in_transaction` raises inside the block so the
   whole transaction -- the handler's writes included -- rolls back.  The
   attempt is counted as a stale completion, as a late plain completion is.
   A rescuer that comes after the close waits on the batch lock until the
@@ -48,11 +48,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from django.db import close_old_connections, transaction
+from django.db import transaction
 
 from ..context import JobContext
 from ..jobs import Job
-from ..observability.hooks import observers
 from ..records import ClaimedJob, Closure
 from ..storage.attempts import close_attempts
 from ..storage.base import run
@@ -106,19 +105,3 @@ def close_in_transaction(
     except _StaleAttemptError:
         return Settled(closure, applied=False)
     return Settled(closure, applied=True)
-
-
-def call_atomic(
-    definition: Job[..., Any], ctx: JobContext, job: ClaimedJob, database: str | None
-) -> Settled:
-    """:func:`close_in_transaction` on a handler thread, with Django's
-    connection hygiene around it (``close_old_connections()``, as around any
-    sync handler) and the attempt's telemetry scope."""
-    close_old_connections()
-    try:
-        if observers.scoped:
-            with observers.attempt_scope(job):
-                return close_in_transaction(definition, ctx, job, database)
-        return close_in_transaction(definition, ctx, job, database)
-    finally:
-        close_old_connections()

@@ -17,8 +17,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from django.db import close_old_connections
 
@@ -28,7 +30,7 @@ from ..jobs import Job, registry
 from ..observability.hooks import observers
 from ..outcomes import Cancel, WaitForCallback
 from ..records import COMPLETED, ClaimedJob, Closure
-from .atomic import Settled, call_atomic
+from .atomic import Settled, close_in_transaction
 from .closures import cancelled, completed, error_entry, failed, not_parked, raised
 from .leases import AttemptLease, LeaseHub
 from .threads import HandlerThreads
@@ -101,8 +103,9 @@ class Executor:
         log.debug("job %s (%s) attempt %s starting", job.job_id, job.kind, job.attempt)
         try:
             if definition.atomic:
+                atomic = partial(close_in_transaction, database=self._database)
                 settled: Settled = await self._threads.submit(
-                    call_atomic, definition, ctx, job, self._database
+                    _on_handler_thread, atomic, definition, ctx, job
                 )
                 return settled
             if definition.is_async:
@@ -112,7 +115,9 @@ class Executor:
                 else:
                     value = await self._call(definition, ctx, job)
             else:
-                value = await self._threads.submit(_call_sync, definition, ctx, job)
+                value = await self._threads.submit(
+                    _on_handler_thread, call_handler, definition, ctx, job
+                )
         except asyncio.CancelledError:
             raise
         except WaitForCallback:
@@ -175,15 +180,26 @@ def call_handler(definition: Job[..., Any], ctx: JobContext, job: ClaimedJob) ->
     return definition.func(*job.args, **job.kwargs)
 
 
-def _call_sync(definition: Job[..., Any], ctx: JobContext, job: ClaimedJob) -> Any:
+T = TypeVar("T")
+
+
+def _on_handler_thread(
+    call: Callable[[Job[..., Any], JobContext, ClaimedJob], T],
+    definition: Job[..., Any],
+    ctx: JobContext,
+    job: ClaimedJob,
+) -> T:
+    """``call`` (the handler, or an atomic handler with its close) on a
+    handler thread, with Django's connection hygiene around it
+    (``close_old_connections()``) and the attempt's telemetry scope."""
     close_old_connections()
     try:
         if observers.scoped:
             # Entered on the handler's thread: a span becomes the ambient
             # context of the handler's own spans there.
             with observers.attempt_scope(job):
-                return call_handler(definition, ctx, job)
-        return call_handler(definition, ctx, job)
+                return call(definition, ctx, job)
+        return call(definition, ctx, job)
     finally:
         close_old_connections()
 
