@@ -66,9 +66,9 @@ def test_kill_9_mid_batch_rescues_and_completes_every_job(queue, start_worker):
     for job_id in ids:
         info = ops.get_job(job_id)
         runs = list(
-            Execution.objects.filter(job_id=job_id, label="started").values_list(
-                "attempt", flat=True
-            )
+            Execution.objects.filter(job_id=job_id, label="started")
+            .order_by("attempt")
+            .values_list("attempt", flat=True)
         )
         # At most one run per attempt, and exactly one finished run.
         assert len(runs) == len(set(runs)), (job_id, runs)
