@@ -98,6 +98,7 @@ class AwaSettings:
     deadline_rescue_interval: float = 30.0
     callback_rescue_interval: float = 30.0
     promote_interval: float = 0.25
+    dependency_recheck_interval: float = 5.0
     queue_slot_count: int = 16
     lease_slot_count: int = 8
     claim_slot_count: int = 8
@@ -306,6 +307,7 @@ _TOP_KEYS: dict[str, _Parser] = {
     "DEADLINE_RESCUE_INTERVAL": _POSITIVE_SECONDS,
     "CALLBACK_RESCUE_INTERVAL": _POSITIVE_SECONDS,
     "PROMOTE_INTERVAL": _POSITIVE_SECONDS,
+    "DEPENDENCY_RECHECK_INTERVAL": _POSITIVE_SECONDS,
     "QUEUE_SLOT_COUNT": _bounded(4, 256),
     "LEASE_SLOT_COUNT": _bounded(2, 256),
     "CLAIM_SLOT_COUNT": _bounded(2, 256),
@@ -556,6 +558,9 @@ SETTING_DESCRIPTIONS: Mapping[str, str] = {
     "CALLBACK_RESCUE_INTERVAL": "How often the leader times out callbacks nobody answered.",
     "PROMOTE_INTERVAL": "How often the leader moves due scheduled, retryable and snoozed jobs "
     "into the ready ring.",
+    "DEPENDENCY_RECHECK_INTERVAL": "How often the leader re-reads the state of the "
+    "dependencies of waiting jobs (up to 500 edges, those never checked first), to "
+    "release a dependent whose enqueue raced with its dependency's completion.",
     "QUEUE_SLOT_COUNT": "Partitions of the queue ring. A leader adds missing slots when its "
     "term starts; a ring never shrinks.",
     "LEASE_SLOT_COUNT": "Partitions of the lease ring (grows like ``QUEUE_SLOT_COUNT``).",

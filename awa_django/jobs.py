@@ -36,7 +36,7 @@ from typing import (
     overload,
 )
 
-from . import clock, concurrency
+from . import clock, concurrency, dependencies
 from .conf import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, awa_settings
 from .context import JobContext
 from .descriptors import Descriptor, first_line
@@ -134,6 +134,8 @@ class CallOptions(TypedDict, total=False):
     database: str | None
     concurrency_key: str | None
     concurrency_limit: int | None
+    depends_on: Iterable[object] | None
+    on_dependency_failure: str
 
 
 class JobCall(Generic[P, R]):
@@ -148,9 +150,11 @@ class JobCall(Generic[P, R]):
         "_concurrency_key",
         "_concurrency_limit",
         "_database",
+        "_depends_on",
         "_max_attempts",
         "_metadata",
         "_metadata_json",
+        "_on_dependency_failure",
         "_ordering_key",
         "_priority",
         "_queue",
@@ -178,6 +182,8 @@ class JobCall(Generic[P, R]):
         unique: Unique | None = None,
         concurrency_key: str | None = None,
         concurrency_limit: int | None = None,
+        depends_on: Iterable[object] | None = None,
+        on_dependency_failure: str = "cancel",
     ) -> None:
         if unique is not None and not isinstance(unique, Unique):
             raise InvalidJob(f"unique must be a Unique(...), got {unique!r}")
@@ -200,6 +206,10 @@ class JobCall(Generic[P, R]):
             None if concurrency_key is None else concurrency.check_key(concurrency_key)
         )
         self._concurrency_limit = concurrency.check_limit(concurrency_limit)
+        self._depends_on = dependencies.check_depends_on(depends_on)
+        self._on_dependency_failure = dependencies.check_policy(on_dependency_failure)
+        if self._depends_on is not None and unique is not None:
+            raise InvalidJob("a job cannot be both unique and depend on other jobs")
 
     def using(self, **options: Unpack[CallOptions]) -> JobCall[P, R]:
         """Return a copy with these options replaced (validated now)."""
@@ -224,6 +234,8 @@ class JobCall(Generic[P, R]):
             unique=options.get("unique", self._unique),
             concurrency_key=options.get("concurrency_key", self._concurrency_key),
             concurrency_limit=options.get("concurrency_limit", self._concurrency_limit),
+            depends_on=options.get("depends_on", self._depends_on),
+            on_dependency_failure=options.get("on_dependency_failure", self._on_dependency_failure),
         )
 
     def prepare(self, *args: P.args, **kwargs: P.kwargs) -> PreparedJob:
@@ -240,6 +252,10 @@ class JobCall(Generic[P, R]):
         if key is not None:
             limit = self._concurrency_limit or self.job.concurrency_limit or 1
             metadata_json = concurrency.with_concurrency(metadata_json, key, limit)
+        if self._depends_on is not None:
+            metadata_json = dependencies.with_dependencies(
+                metadata_json, self._depends_on, self._on_dependency_failure
+            )
         if observers.active:
             metadata_json = with_traceparent(metadata_json, observers.traceparent())
         return PreparedJob(
@@ -255,6 +271,8 @@ class JobCall(Generic[P, R]):
             self._ordering_key,
             self._database,
             *self._unique_claim(args_json, kwargs_json),
+            depends_on=self._depends_on,
+            on_dependency_failure=self._on_dependency_failure,
         )
 
     def _unique_claim(

@@ -14,7 +14,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from . import backpressure, stripes
+from . import backpressure, dependencies, stripes
 from .conf import awa_settings
 from .cron import PeriodicInfo, fire_metadata, next_occurrence
 from .exceptions import CallbackNotFound, InvalidJob, JobNotFound
@@ -28,12 +28,14 @@ from .records import (
     DescriptorInfo,
     DlqEntry,
     EnqueuedJob,
+    JobDependencies,
     JobInfo,
     JobPage,
     QueueInfo,
     RuntimeInfo,
 )
 from .storage import batch_ops as batch_store
+from .storage import dependencies as dependency_store
 from .storage import descriptors as descriptor_store
 from .storage import dlq as dlq_store
 from .storage import jobs as job_store
@@ -59,6 +61,24 @@ def _check_state(state: str | None) -> None:
 def get_job(job_id: int, *, database: str | None = None) -> JobInfo | None:
     """The job with this id in whatever state it is, or None."""
     return run(job_store.get_job(_check_id(job_id)), database)
+
+
+def job_dependencies(job_id: int, *, database: str | None = None) -> JobDependencies | None:
+    """What ``job_id`` was enqueued to wait for, what it still waits on, and
+    which waiting jobs wait on it (see ``awa_django.dependencies``); None
+    when no job has the id."""
+    info = get_job(job_id, database=database)
+    if info is None:
+        return None
+    waiting_on, blocking = run(dependency_store.edges(info.id), database)
+    named = info.metadata.get(dependencies.DEPENDS_ON)
+    policy = info.metadata.get(dependencies.ON_FAILURE)
+    return JobDependencies(
+        depends_on=[int(i) for i in named] if isinstance(named, list) else [],
+        on_failure=policy if isinstance(policy, str) else None,
+        waiting_on=waiting_on,
+        blocking=blocking,
+    )
 
 
 def list_jobs(
@@ -397,6 +417,7 @@ def move_failed_to_dlq(
 
 
 aget_job = sync_to_async(get_job)
+ajob_dependencies = sync_to_async(job_dependencies)
 alist_jobs = sync_to_async(list_jobs)
 aqueue_counts = sync_to_async(queue_counts)
 aqueue_depth = sync_to_async(queue_depth)
@@ -517,9 +538,11 @@ def resume_queue(queue: str, *, database: str | None = None) -> bool:
 def drain_queue(
     queue: str, *, reason: str = "drained by an operator", database: str | None = None
 ) -> int:
-    """Cancel every available, scheduled and retry-waiting job of ``queue``.
+    """Cancel every available, scheduled, retry-waiting and dependency-waiting
+    job of ``queue`` (the dependents of those, on any queue, follow their
+    failure policy).
 
-    Running and waiting attempts finish as they would.  Returns how many
+    Running attempts and parked callbacks finish as they would.  Returns how many
     jobs were cancelled; each keeps ``reason`` in its error history.
     """
     return run(queue_store.drain(check_queue(queue), reason), database)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 JOB_STATES = (
+    "waiting",
     "scheduled",
     "available",
     "running",
@@ -36,6 +37,21 @@ class EnqueuedJob:
     priority: int
     state: str
     run_at: dt.datetime
+
+
+@dataclass(frozen=True)
+class JobDependencies:
+    """A job's place in a dependency graph (``ops.job_dependencies``)."""
+
+    #: The ids it was enqueued to wait for (all of them, settled or not).
+    depends_on: list[int]
+    #: ``"cancel"`` or ``"run"``: what a failed dependency means for it (None
+    #: for a job enqueued without dependencies).
+    on_failure: str | None
+    #: The dependencies it still waits on (its open edges).
+    waiting_on: list[int]
+    #: The waiting jobs that still wait on it.
+    blocking: list[int]
 
 
 @dataclass(frozen=True)
@@ -251,6 +267,10 @@ class PreparedJob:
     #: states in which it holds it; None for an ordinary job.
     unique_key: str | None = None
     unique_states: tuple[str, ...] | None = None
+    #: The jobs this one waits for (see ``awa_django.dependencies``) and
+    #: what a failed one means for it; None for an ordinary job.
+    depends_on: tuple[int, ...] | None = None
+    on_dependency_failure: str = "cancel"
 
 
 # Where a closed attempt goes next (``Closure.target``).

@@ -37,7 +37,7 @@ Mapping
     ``TaskResult.id`` is the awa job id as a string.  A higher Django
     priority is a lower (more urgent) awa priority: 50..100 -> 1, 0..49 -> 2
     (Django's default 0 is awa's default 2), -50..-1 -> 3, -100..-51 -> 4.
-    Status: available, scheduled, retryable -> READY; running,
+    Status: available, scheduled, waiting, retryable -> READY; running,
     waiting_external -> RUNNING; completed -> SUCCESSFUL; failed, cancelled,
     dlq -> FAILED.  ``errors`` is awa's error history, one
     ``TaskError(exception_class_path, traceback)`` per failed attempt;
@@ -110,6 +110,7 @@ OPTION_KEYS = ("max_attempts", "unique", "dlq")
 _STATUS = {
     "available": TaskResultStatus.READY,
     "scheduled": TaskResultStatus.READY,
+    "waiting": TaskResultStatus.READY,
     "retryable": TaskResultStatus.READY,
     "running": TaskResultStatus.RUNNING,
     "waiting_external": TaskResultStatus.RUNNING,

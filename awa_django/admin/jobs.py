@@ -28,7 +28,7 @@ from .base import ConsoleAdmin
 #: Jobs per page of the browser.
 PAGE_SIZE = 50
 #: States a job can be cancelled from / retried from.
-CANCELLABLE = ("available", "scheduled", "retryable", "running", "waiting_external")
+CANCELLABLE = ("available", "scheduled", "waiting", "retryable", "running", "waiting_external")
 RETRYABLE = ("failed", "cancelled")
 #: Bulk actions of the browser: name -> (verb shown, past tense).
 BULK_ACTIONS = {"retry": ("Retry", "retried"), "cancel": ("Cancel", "cancelled")}
@@ -198,12 +198,14 @@ class JobAdmin(ConsoleAdmin):
             "metadata": pretty(job.metadata),
             "concurrency_key": concurrency.key_of(job.metadata),
             "concurrency_limit": job.metadata.get(concurrency.CONCURRENCY_LIMIT, 1),
+            "dependencies": ops.job_dependencies(job.id),
             "progress": pretty(job.progress) if job.progress is not None else "",
             "return_value": pretty(job.return_value) if job.return_value is not None else "",
             "errors": list(reversed(job.errors)),
             "timeline": [
                 ("Created", job.created_at),
-                ("Scheduled for", job.run_at),
+                # A waiting job's run_at is a placeholder until it is released.
+                ("Scheduled for", None if job.state == "waiting" else job.run_at),
                 ("Last attempted", job.attempted_at),
                 ("Finalized", job.finalized_at),
             ],

@@ -28,7 +28,7 @@ from .charts import Series, line_chart, per_minute
 REFRESH_SECONDS = 30
 #: What the charts cover.
 WINDOW = dt.timedelta(hours=1)
-BACKLOG_STATES = ("available", "scheduled", "retryable")
+BACKLOG_STATES = ("available", "scheduled", "waiting", "retryable")
 
 
 class QueueAdmin(ConsoleAdmin):

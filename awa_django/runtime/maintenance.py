@@ -16,6 +16,8 @@ rescue, a prune, a cleanup batch -- never delays the others):
   (:class:`Rescuer`);
 * ``cleanup``: stale runtime rows, expired DLQ rows, old ledger rows,
   descriptors older than ``DESCRIPTOR_RETENTION``;
+* ``dependencies``: settle dependency edges whose dependency finished
+  unseen (:class:`DependencyRecheck`);
 * ``cron``: fire due periodic schedules (:class:`CronTask`);
 * ``queue_samples``: record every queue's counters once a minute for the
   console's charts (:class:`QueueSampler`);
@@ -45,6 +47,7 @@ from .. import cron
 from ..observability.hooks import Observer, QueueSample, observers
 from ..storage import AsyncRunner, descriptors
 from ..storage import batch_ops as batch_store
+from ..storage import dependencies as dependency_store
 from ..storage import maintenance as store
 from ..storage import queues as queue_store
 from .config import RESCUE_BATCH, RESCUE_PAUSE, MaintenanceConfig, PeriodicConfig
@@ -164,6 +167,31 @@ class Rescuer(PeriodicService[int]):
             if observers.active:
                 observers.rescued(self.reason, total)
         return total
+
+
+class DependencyRecheck(PeriodicService[int]):
+    """Settles dependency edges whose dependency is terminal but was not
+    settled by its outcome's own transaction: a dependent enqueued in a
+    transaction still open when the dependency finished (see
+    ``v022_dependencies.sql``).  Each run reads a bounded batch of edges,
+    those never checked first, so the cost never grows with the job tables."""
+
+    name = "dependencies"
+
+    def __init__(self, config: PeriodicConfig, runner: AsyncRunner) -> None:
+        super().__init__(config)
+        self._run = runner
+
+    async def run_once(self) -> int:
+        """Recheck one batch; returns how many dependents were released or cancelled."""
+        settled = await self._run(dependency_store.recheck(DEPENDENCY_RECHECK_BATCH))
+        if settled:
+            log.info("settled %s dependents whose dependency finished unseen", settled)
+        return settled
+
+
+#: Most edges one recheck reads.
+DEPENDENCY_RECHECK_BATCH = 500
 
 
 class Cleaner(PeriodicService[int]):
@@ -403,6 +431,7 @@ class Maintenance:
                 PeriodicConfig(s.callback_rescue_interval), run, "callback_timeout", config
             ),
             "cleanup": Cleaner(PeriodicConfig(s.cleanup_interval), run, config),
+            "dependencies": DependencyRecheck(PeriodicConfig(s.dependency_recheck_interval), run),
             "cron": CronTask(PeriodicConfig(cron.EVALUATE_INTERVAL), run),
             "queue_samples": QueueSampler(PeriodicConfig(SAMPLE_INTERVAL), run),
             "batch_ops": BatchOperationTask(PeriodicConfig(BATCH_OP_INTERVAL), run),

@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Sequence
 
-from .. import stripes
+from .. import dependencies, stripes
 from ..exceptions import UniqueConflict
 from ..records import EnqueuedJob, PreparedJob
 from .base import Copy, Execute, Row, Steps, atomic_operation, operation
@@ -60,6 +60,23 @@ def _enqueue_unique(job: PreparedJob) -> Steps[EnqueuedJob | int]:
     return EnqueuedJob(job_id, job.kind, job.queue, job.priority, state, run_at)
 
 
+def _enqueue_dependent(job: PreparedJob) -> Steps[EnqueuedJob]:
+    """Write a job that depends on others (see ``awa_django.dependencies``).
+
+    Dependencies no job has raise ``InvalidJob``; the SQL reports them
+    without writing anything, so the caller's transaction stays usable.
+    """
+    rows = yield Execute.named(
+        "enqueue",
+        "enqueue_dependent",
+        [*_columns(job), list(job.depends_on or ()), job.on_dependency_failure],
+    )
+    job_id, state, run_at, missing = rows[0]
+    if missing:
+        raise dependencies.unknown_dependencies(missing)
+    return EnqueuedJob(job_id, job.kind, job.queue, job.priority, state, run_at)
+
+
 @operation
 def enqueue_one(job: PreparedJob) -> Steps[EnqueuedJob]:
     """Write one job in a single round trip; returns its reference.
@@ -73,6 +90,8 @@ def enqueue_one(job: PreparedJob) -> Steps[EnqueuedJob]:
         if isinstance(written, int):
             raise _conflict(job, written)
         return written
+    if job.depends_on is not None:
+        return (yield from _enqueue_dependent(job))
     rows = yield Execute.named("enqueue", "enqueue_job", _columns(job))
     job_id, state, run_at = rows[0]
     return EnqueuedJob(job_id, job.kind, job.queue, job.priority, state, run_at)
@@ -89,13 +108,19 @@ def enqueue_many(
     one through their claims first: with ``on_conflict="raise"`` the first
     taken key raises ``UniqueConflict`` and, the operation
     being atomic, nothing of the batch is written; with ``"skip"`` such jobs
-    are left out and their places hold None.
+    are left out and their places hold None.  Jobs with dependencies are
+    written one by one too (a dependency must already exist, so it cannot
+    be a job of the same batch); one naming an unknown job raises
+    ``InvalidJob`` and nothing of the batch is written.
     """
     if not jobs:
         return []
     ids: list[int | None] = [0] * len(jobs)
     plain: list[int] = []
     for index, item in enumerate(jobs):
+        if item.depends_on is not None:
+            ids[index] = (yield from _enqueue_dependent(item)).id
+            continue
         if item.unique_key is None:
             plain.append(index)
             continue

@@ -29,6 +29,20 @@ def promote_until(until: dt.datetime, queue: str | None, batch_size: int) -> Ste
 
 
 @operation
+def promote_released(queue: str | None, batch_size: int) -> Steps[int]:
+    """When dependents released by their dependencies' outcomes are due,
+    run the leader's promotion (what a test has instead of a leader);
+    returns how many jobs it moved (anything else due by then included)."""
+    queues = None if queue is None else list(physical_queues(queue))
+    if not single((yield Execute.named("testing", "released_due", {"queues": queues}))):
+        return 0
+    timeout = single((yield Execute.named("testing", "lock_timeout")))
+    moved = yield from promote_due(batch_size).steps
+    yield Execute.named("testing", "set_lock_timeout", [timeout])
+    return moved
+
+
+@operation
 def queues_to_claim() -> Steps[list[str]]:
     """The queues a claim may find ready jobs in (a cheap superset of those that have some)."""
     rows = yield Execute.named("testing", "queues_with_unclaimed_lanes")

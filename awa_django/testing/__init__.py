@@ -1,7 +1,8 @@
 """The test kit: check what code enqueued, and run jobs without a worker process.
 
 * :func:`enqueued_jobs` / :func:`assert_enqueued` / :func:`refute_enqueued`
-  look at jobs waiting to run ("enqueued" = available or scheduled);
+  look at jobs waiting to run ("enqueued" = available, scheduled or waiting on
+  dependencies);
 * :func:`drain` runs ready jobs inline in the test's thread, through the
   worker's own claim and close (the outcome table of a real worker);
 * :class:`FrozenClock` (:func:`freeze_clock`) makes scheduled jobs due

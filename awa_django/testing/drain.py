@@ -19,6 +19,9 @@ ready: they stay put unless a :class:`~awa_django.testing.FrozenClock` is
 running, in which case each pass first promotes what is due by the frozen
 time (the clock also dates the retries and snoozes drained jobs write, so
 an attempt that fails in this pass is not due again before the clock moves).
+Jobs waiting on dependencies (``using(depends_on=...)``) run in the pass
+after the one that completed their last dependency: with no leader in a
+test, the pass runs the leader's promotion itself once such a job is due.
 
 A handler runs without a worker around it: ``ctx.register_callback``,
 ``ctx.heartbeat`` and the callback waits raise ``RuntimeError`` (a
@@ -99,6 +102,8 @@ def drain(
         frozen = clock.frozen()
         if frozen is not None:
             run(testing_store.promote_until(frozen, queue, PROMOTE_BATCH), database)
+        else:
+            run(testing_store.promote_released(queue, PROMOTE_BATCH), database)
         batch = _claim_ready(queue, left, settings, database)
         if not batch:
             break

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 #: What the helpers accept to name a kind: a @job, a Django task, a kind, or None (any).
 JobOrKind: TypeAlias = "Job[..., Any] | Task[..., Any] | str | None"
 
-_ENQUEUED_STATES = ("available", "scheduled")
+_ENQUEUED_STATES = ("available", "scheduled", "waiting")
 
 
 def _kind_of(job_or_kind: JobOrKind) -> str | None:
@@ -46,7 +46,7 @@ def enqueued_jobs(
     *,
     database: str | None = None,
 ) -> list[JobInfo]:
-    """Available or scheduled jobs matching every filter given (args exactly)."""
+    """Available, scheduled or waiting jobs matching every filter given (args exactly)."""
     kind = _kind_of(job_or_kind)
     found: list[JobInfo] = []
     for state in _ENQUEUED_STATES:

@@ -159,6 +159,27 @@ def test_a_held_job_can_be_cancelled(queue):
         assert run(claim(queue, 5, uuid.uuid4(), 300.0, 0.0)) == []
 
 
+def test_held_jobs_are_counted_as_available_and_drained(queue):
+    with psycopg.connect(conninfo(), autocommit=True) as conn:
+        run = SyncRunner(conn)
+        run(enqueue_many(keyed(queue, "one", 1, 4)))
+        [running] = run(claim(queue, 5, uuid.uuid4(), 300.0, 0.0))
+        assert run(concurrency_store.key_usage("one")) == {"one": (1, 3)}
+    counts = ops.queue_counts(queue)
+    assert (counts["running"], counts["available"]) == (1, 3)
+    assert ops.state_counts()[queue] == {"running": 1, "available": 3}
+    # Drain cancels the held jobs with the rest of the backlog; the running
+    # attempt finishes.
+    assert ops.drain_queue(queue) == 3
+    counts = ops.queue_counts(queue)
+    assert (counts["running"], counts["available"], counts["cancelled"]) == (1, 0, 3)
+    with psycopg.connect(conninfo(), autocommit=True) as conn:
+        run = SyncRunner(conn)
+        run(close_attempts([closure_for(running, "completed")]))
+        assert run(claim(queue, 5, uuid.uuid4(), 300.0, 0.0)) == []
+        assert run(concurrency_store.key_usage("one")) == {"one": (0, 0)}
+
+
 def test_a_deadline_rescue_releases_the_slot(queue):
     with psycopg.connect(conninfo(), autocommit=True) as conn:
         run = SyncRunner(conn)

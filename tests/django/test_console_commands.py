@@ -139,7 +139,7 @@ def test_pause_is_visible_in_stats_and_resume_undoes_it(queue):
 def test_drain_cancels_available_and_scheduled_jobs_but_not_running_ones(queue):
     ids = fill(queue)
     drained = command("awa_queue", "drain", queue, "--yes", "--reason", "bad deploy")
-    assert "cancels 1 available, 1 scheduled, 0 retryable job(s)" in drained
+    assert "cancels 1 available, 1 scheduled, 0 waiting, 0 retryable job(s)" in drained
     assert f"queue {queue} drained: 2 job(s) cancelled" in drained
     assert states(ids) == {"running": "running", "available": "cancelled", "scheduled": "cancelled"}
     assert ops.get_job(ids["available"]).errors[-1]["message"] == "bad deploy"
@@ -377,9 +377,9 @@ def test_without_rich_tables_are_aligned_plain_text(queue, monkeypatch):
     lines = command("awa_queue", "stats", queue).splitlines()
     assert lines[0] == "queues"
     header, rule, row = lines[1:4]
-    assert header.split()[:4] == ["queue", "state", "scheduled", "available"]
+    assert header.split()[:5] == ["queue", "state", "waiting", "scheduled", "available"]
     assert set(rule.replace(" ", "")) == {"-"} and len(rule) == len(header.rstrip())
-    assert row.split()[:4] == [queue, "active", "0", "1"]
+    assert row.split()[:5] == [queue, "active", "0", "0", "1"]
     # Counts are right-aligned under their header.
     assert row.index(" 1 ") + 2 == header.index("available") + len("available")
     assert "│" not in "\n".join(lines) and "┃" not in "\n".join(lines)

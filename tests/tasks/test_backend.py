@@ -280,6 +280,7 @@ class ResultTests(BackendTestCase):
         expected = {
             "available": TaskResultStatus.READY,
             "scheduled": TaskResultStatus.READY,
+            "waiting": TaskResultStatus.READY,
             "retryable": TaskResultStatus.READY,
             "running": TaskResultStatus.RUNNING,
             "waiting_external": TaskResultStatus.RUNNING,

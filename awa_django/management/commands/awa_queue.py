@@ -26,7 +26,7 @@ from awa_django.overrides import OVERRIDABLE, check_keys, check_overrides
 from awa_django.records import JOB_STATES, QueueInfo
 
 #: The states ``drain`` cancels (running and waiting attempts finish).
-DRAINED_STATES = ("available", "scheduled", "retryable")
+DRAINED_STATES = ("available", "scheduled", "waiting", "retryable")
 
 
 def _state(info: QueueInfo) -> str:

@@ -12,6 +12,14 @@ SELECT job_id, state, run_at, existing_id
   FROM awa.enqueue_unique(%s, %s::text[], %s, %s::smallint, %s, %s::json, %s::json, %s::jsonb,
                           %s::text[], %s::smallint, %s::timestamptz, %s::text)
 
+-- name: enqueue_dependent
+-- A job with dependencies: waits, runs now (all completed), is written
+-- cancelled (one failed, policy "cancel"), or -- state 'unknown' -- names
+-- the dependencies no job has and writes nothing.
+SELECT job_id, state, run_at, missing
+  FROM awa.enqueue_dependent(%s, %s::smallint, %s, %s::json, %s::json, %s::jsonb, %s::text[],
+                             %s::smallint, %s::timestamptz, %s::text, %s::bigint[], %s)
+
 -- name: reserve_ready_batch
 -- Each job's run_at (NULL: now) stamps the segment it lands in, for aging.
 SELECT r.ord, r.job_id, r.shard, r.lane_seq, r.ready_slot, r.ready_generation, now()::text

@@ -19,13 +19,14 @@ SELECT id, kind, queue, priority, state, attempt, max_attempts, run_lease,
  LIMIT %(limit)s
 
 -- name: queue_counts
--- Each state from its cheapest exact source (v015_console.sql), summed over
--- the physical queues (the stripes) of one logical queue.
-SELECT state, sum(n)::bigint FROM awa.state_counts_v2(%(queues)s::text[]) GROUP BY state
+-- Each state from its cheapest exact source (v015_console.sql, jobs held
+-- for a concurrency slot since v022), summed over the physical queues (the
+-- stripes) of one logical queue.
+SELECT state, sum(n)::bigint FROM awa.state_counts_v3(%(queues)s::text[]) GROUP BY state
 
 -- name: state_counts
 -- (queue, state, count) of every queue with a job in some state.
-SELECT queue, state, n FROM awa.state_counts(NULL)
+SELECT queue, state, n FROM awa.state_counts_v3(NULL) WHERE n <> 0
 
 -- name: job_page
 SELECT id, kind, queue, priority, state, attempt, max_attempts, run_lease,

@@ -20,7 +20,7 @@ RETURNING queue
 SELECT paused_at FROM awa.queue_meta WHERE queue = %(queue)s AND paused_at IS NOT NULL
 
 -- name: drain_queue
-SELECT awa.drain_queue(%(queue)s, %(reason)s)
+SELECT awa.drain_queue_v2(%(queue)s, %(reason)s)
 
 -- name: queue_meta
 SELECT queue, paused_at, enqueue_shards FROM awa.queue_meta

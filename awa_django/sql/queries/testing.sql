@@ -10,6 +10,14 @@ UPDATE awa.deferred_jobs
    AND run_at > clock_timestamp()
    AND (%(queues)s::text[] IS NULL OR queue = ANY (%(queues)s::text[]))
 
+-- name: released_due
+-- Whether a dependency's outcome released dependents that are due now
+-- (they wait for the leader's promotion, which a test does not run).
+SELECT EXISTS (SELECT 1 FROM awa.deferred_jobs
+                WHERE state = 'scheduled' AND run_at <= clock_timestamp()
+                  AND metadata ? 'awa:depends_on'
+                  AND (%(queues)s::text[] IS NULL OR queue = ANY (%(queues)s::text[])))
+
 -- name: lock_timeout
 SELECT current_setting('lock_timeout')
 
