@@ -87,6 +87,7 @@ from opentelemetry.trace import (
 
 from ..payload import TRACEPARENT_KEY
 from ..records import DLQ, FAILED, RETRYABLE, ClaimedJob, Closure, PreparedJob
+from . import finished
 from . import metrics as table
 from .hooks import Observer, QueueSample
 
@@ -245,12 +246,16 @@ class _LazySpan(Span):
     span; building it is done once, under a lock.
     """
 
-    __slots__ = ("_job", "_lock", "_observer", "_real", "error", "start_ns")
+    __slots__ = ("_job", "_observer", "_real", "error", "start_ns")
+
+    #: Serialises building (rare: most spans are recorded finished, see
+    #: :mod:`.finished`).  One lock for all: allocating a lock per attempt
+    #: cost more than the rest of the stand-in.
+    _build_lock = threading.Lock()
 
     def __init__(self, observer: OtelObserver, job: ClaimedJob) -> None:
         self._observer = observer
         self._job = job
-        self._lock = threading.Lock()
         self._real: Span | None = None
         self.start_ns = time.time_ns()
         #: The exception the handler raised, if it raised one (its meaning is
@@ -262,7 +267,7 @@ class _LazySpan(Span):
         (``outcome``: an attribute it starts with)."""
         real = self._real
         if real is None:
-            with self._lock:
+            with self._build_lock:
                 real = self._real
                 if real is None:
                     real = self._real = self._observer._start_process(
@@ -420,7 +425,7 @@ class OtelObserver(Observer):
         tracer_provider: TracerProvider | None = None,
         meter_provider: MeterProvider | None = None,
     ) -> None:
-        version = _version()
+        version = self._version = _version()
         self.trace_capture = trace_capture
         self._tracer_provider = tracer_provider
         self._meter_provider = meter_provider
@@ -438,6 +443,8 @@ class OtelObserver(Observer):
         self._running = 0
         self._running_lock = threading.Lock()
         self._tracing = False  # a real tracer provider was seen (see scoped)
+        # (provider, its tracer, that tracer's span processors, fast path or None)
+        self._finisher: tuple[Any, Any, Any, finished.FinishedSpans | None] | None = None
         # Attribute names come from the table, values from the hooks.
         self._totals = {
             m.name: _Totals(*m.attributes) for m in table.ALL if m.instrument == table.COUNTER
@@ -565,20 +572,24 @@ class OtelObserver(Observer):
     def attempt_scope(self, job: ClaimedJob) -> AbstractContextManager[Any] | None:
         return _AttemptScope(self, job)
 
-    def _start_process(self, job: ClaimedJob, start_ns: int, outcome: str | None) -> Span:
+    def _process_fields(
+        self, job: ClaimedJob, outcome: str | None
+    ) -> tuple[str, dict[str, Any], SpanContext | None, list[Link] | None]:
+        """Name, attributes, parent and links of an attempt's ``process`` span."""
         name, base = self._process_base(job.queue, job.kind)
         attributes = {**base, MESSAGING_MESSAGE_ID: str(job.job_id), JOB_ATTEMPT: job.attempt}
         if outcome is not None:
             attributes[JOB_OUTCOME] = outcome
         parent = parse_traceparent(job.metadata.get(TRACEPARENT_KEY)) if job.metadata else None
-        if parent is None:
-            context, links = _ROOT, None
-        elif job.attempt <= 1:
+        if parent is None or job.attempt <= 1:
             # The first attempt continues the producer's trace.
-            context, links = trace.set_span_in_context(NonRecordingSpan(parent)), None
-        else:
-            # A retry: a trace of its own, linked to where the job was enqueued.
-            context, links = _ROOT, [Link(parent)]
+            return name, attributes, parent, None
+        # A retry: a trace of its own, linked to where the job was enqueued.
+        return name, attributes, None, [Link(parent)]
+
+    def _start_process(self, job: ClaimedJob, start_ns: int, outcome: str | None) -> Span:
+        name, attributes, parent, links = self._process_fields(job, outcome)
+        context = _ROOT if parent is None else trace.set_span_in_context(NonRecordingSpan(parent))
         return self.tracer.start_span(
             name,
             context=context,
@@ -587,6 +598,24 @@ class OtelObserver(Observer):
             links=links,
             start_time=start_ns,
         )
+
+    def _finished_spans(self) -> finished.FinishedSpans | None:
+        """The fast path for spans nobody touched, when the tracer allows it
+        (see :mod:`.finished`); rechecked when the provider or its span
+        processors change."""
+        provider = self._tracer_provider or trace.get_tracer_provider()
+        cached = self._finisher
+        if cached is not None and cached[0] is provider:
+            tracer, processors, found = cached[1], cached[2], cached[3]
+            if getattr(getattr(tracer, "span_processor", None), "_span_processors", None) is (
+                processors
+            ):
+                return found
+        tracer = provider.get_tracer(SCOPE, self._version)
+        found = finished.for_tracer(tracer)
+        processors = getattr(getattr(tracer, "span_processor", None), "_span_processors", None)
+        self._finisher = (provider, tracer, processors, found)
+        return found
 
     def _process_base(self, queue: str, kind: str) -> tuple[str, dict[str, Any]]:
         found = self._process.get((queue, kind))
@@ -637,6 +666,12 @@ class OtelObserver(Observer):
             span = lazy.real()
             span.set_attribute(JOB_OUTCOME, outcome)
         else:
+            if applied and closure.target not in _ERROR_TARGETS:
+                fast = self._finished_spans()
+                if fast is not None:
+                    name, attributes, parent, links = self._process_fields(job, outcome)
+                    fast.record(name, attributes, parent, links, lazy.start_ns, end_ns)
+                    return
             span = lazy.real(outcome)
         if not applied:
             span.set_attribute(JOB_STALE, True)

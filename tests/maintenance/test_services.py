@@ -152,6 +152,7 @@ def test_run_once_needs_and_uses_the_leadership(reset_awa, queue):
         "deadline_rescue",
         "callback_rescue",
         "cleanup",
+        "dependencies",
         "cron",
         "queue_samples",
         "batch_ops",

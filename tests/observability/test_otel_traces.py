@@ -297,3 +297,78 @@ def test_a_handler_that_looks_at_its_span_builds_it_at_once(telemetry):
     (span,) = telemetry.spans("process tests.otel.lazy")
     assert span.context.span_id == context.span_id
     assert span.attributes["awa.job.outcome"] == "completed"
+
+
+def _process_span_of(telemetry, job_id: int, closure: Closure):
+    observer = telemetry.observer
+    job = _claimed(job_id)
+    with observer.attempt_scope(job) as lazy:
+        pass
+    observer.closed(job, closure, True, 0.001)
+    observer.flush(5.0)
+    (span,) = [s for s in telemetry.spans() if s.attributes["messaging.message.id"] == str(job_id)]
+    return lazy, span
+
+
+def test_an_untouched_span_is_handed_to_the_processors_finished(telemetry):
+    """The fast path (``observability.finished``) records what the SDK's own
+    span would: name, kind, scope, resource, times and attributes."""
+    observer = telemetry.observer
+    lazy, fast = _process_span_of(telemetry, 3, Closure(3, 1, 0, 1, 0, "completed", "completed"))
+    assert not lazy.built  # no SDK span was ever started for it
+    assert observer._finished_spans() is not None
+    reference = observer._start_process(_claimed(4), lazy.start_ns, "completed")
+    reference.end(fast.end_time)
+    observer.flush(5.0)
+    (slow,) = [s for s in telemetry.spans() if s.attributes["messaging.message.id"] == "4"]
+    assert (fast.name, fast.kind, fast.parent, fast.status.status_code) == (
+        slow.name,
+        slow.kind,
+        slow.parent,
+        slow.status.status_code,
+    )
+    assert fast.instrumentation_scope == slow.instrumentation_scope
+    assert fast.resource == slow.resource
+    assert {k: v for k, v in fast.attributes.items() if k != "messaging.message.id"} == {
+        k: v for k, v in slow.attributes.items() if k != "messaging.message.id"
+    }
+    assert fast.context.trace_flags.sampled and fast.context.span_id != slow.context.span_id
+    assert (fast.start_time, fast.end_time) == (lazy.start_ns, slow.end_time)
+
+
+def test_a_failure_and_a_custom_processor_take_the_sdks_own_span(telemetry):
+    from opentelemetry.sdk.trace import SpanProcessor
+
+    failed = Closure(5, 1, 0, 1, 0, "failed", "failed", reason="boom")
+    lazy, span = _process_span_of(telemetry, 5, failed)
+    assert lazy.built and span.status.status_code.name == "ERROR"
+
+    started: list[str] = []
+
+    class Starts(SpanProcessor):
+        def on_start(self, span, parent_context=None):
+            started.append(span.name)
+
+    telemetry.tracer_provider.add_span_processor(Starts())
+    assert telemetry.observer._finished_spans() is None  # rechecked: a processor was added
+    lazy, span = _process_span_of(telemetry, 6, Closure(6, 1, 0, 1, 0, "completed", "completed"))
+    assert lazy.built and started == ["process tests.otel.lazy"]
+
+
+@pytest.mark.parametrize("sampled", [False, True])
+def test_the_fast_path_honours_the_sampler(sampled):
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
+
+    from awa_django.observability import finished
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ALWAYS_ON if sampled else ALWAYS_OFF)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    fast = finished.for_tracer(provider.get_tracer("awa_django"))
+    assert fast is not None
+    fast.record("process k", {"awa.job.kind": "k"}, None, None, 1, 2)
+    assert len(exporter.get_finished_spans()) == (1 if sampled else 0)
+    provider.shutdown()
