@@ -168,16 +168,29 @@ class Observers:
             except Exception:
                 log.exception("observer hook %r failed", hook)
 
-    def _scope(self, method: str, *args: Any) -> AbstractContextManager[Any]:
-        scoping = [o for o in self._may_scope if o.scoped]
-        if len(scoping) == 1:
+    def _scope(self, method: str, *args: Any) -> AbstractContextManager[Any] | None:
+        """The scopes of the observers scoping now, entered together; None
+        when none does.  One pass, no list: this runs once per attempt."""
+        first: Observer | None = None
+        several = False
+        for observer in self._may_scope:
+            if observer.scoped:
+                if first is None:
+                    first = observer
+                else:
+                    several = True
+                    break
+        if first is None:
+            return None
+        if not several:
             # The common case (one tracer): its scope as it is, no stack around it.
             try:
-                scope = getattr(scoping[0], method)(*args)
+                scope: AbstractContextManager[Any] | None = getattr(first, method)(*args)
             except Exception:
-                log.exception("observer %r failed in %s", scoping[0], method)
-                scope = None
-            return scope if scope is not None else contextlib.nullcontext()
+                log.exception("observer %r failed in %s", first, method)
+                return None
+            return scope
+        scoping = [o for o in self._may_scope if o.scoped]
         stack = contextlib.ExitStack()
         for observer in scoping:
             try:
@@ -190,15 +203,18 @@ class Observers:
 
     def enqueue_scope(self, queue: str, count: int) -> AbstractContextManager[Any]:
         """Every observer's scope around an enqueue, entered together."""
-        if not self.scoped:
-            return contextlib.nullcontext()
-        return self._scope("enqueue_scope", queue, count)
+        scope = self._scope("enqueue_scope", queue, count)
+        return contextlib.nullcontext() if scope is None else scope
 
     def attempt_scope(self, job: ClaimedJob) -> AbstractContextManager[Any]:
         """Every observer's scope around a handler, entered together."""
-        if not self.scoped:
-            return contextlib.nullcontext()
-        return self._scope("attempt_scope", job)
+        scope = self._scope("attempt_scope", job)
+        return contextlib.nullcontext() if scope is None else scope
+
+    def attempt_scope_or_none(self, job: ClaimedJob) -> AbstractContextManager[Any] | None:
+        """:meth:`attempt_scope`, or None when no observer scopes: what the
+        executor asks once per attempt, so that it builds no ``with`` then."""
+        return self._scope("attempt_scope", job) if self._may_scope else None
 
     def traceparent(self) -> str | None:
         for hook in self._hooks["traceparent"]:

@@ -369,12 +369,14 @@ class _Deferred:
     CHUNK = 64
 
     def __init__(self) -> None:
-        self._items: collections.deque[Callable[[], None]] = collections.deque()
+        self._items: collections.deque[tuple[Any, ...]] = collections.deque()
         self._drain_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
 
-    def put(self, work: Callable[[], None]) -> None:
+    def put(self, work: tuple[Any, ...]) -> None:
+        """Queue ``work``: a function followed by its arguments, one tuple
+        (the only object the hot path allocates for it)."""
         self._items.append(work)
         if self._thread is None:
             self._start()
@@ -401,12 +403,16 @@ class _Deferred:
                 except IndexError:
                     break
                 try:
-                    work()
+                    work[0](*work[1:])
                 except Exception:
                     log.exception("recording awa telemetry failed")
                 done += 1
                 if chunked and done % self.CHUNK == 0:
                     time.sleep(0)  # let the event loop have the GIL back
+
+
+def _end_parked(lazy: _LazySpan, end_ns: int) -> None:
+    lazy.real("waiting_external").end(end_ns)
 
 
 class OtelObserver(Observer):
@@ -435,6 +441,8 @@ class OtelObserver(Observer):
         # handler threads, read on the event loop (single dict operations).
         self._open: dict[tuple[int, int], _LazySpan] = {}
         self._deferred = _Deferred()
+        # Bound once: a bound method built per job is one more allocation.
+        self._record_close_work = self._record_close
         self._process: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
         self._samples: tuple[float, Sequence[QueueSample]] | None = None
         self._up: bool | None = None  # None until this process runs a worker
@@ -637,7 +645,7 @@ class OtelObserver(Observer):
         self._settled()
         span = self._open.pop((job.job_id, job.run_lease), None)
         end_ns = time.time_ns() if span is not None else 0
-        self._deferred.put(lambda: self._record_close(job, closure, applied, seconds, span, end_ns))
+        self._deferred.put((self._record_close_work, job, closure, applied, seconds, span, end_ns))
 
     def _record_close(
         self,
@@ -694,7 +702,7 @@ class OtelObserver(Observer):
         lazy = self._open.pop((job.job_id, job.run_lease), None)
         if lazy is not None:
             end_ns = time.time_ns()
-            self._deferred.put(lambda: lazy.real("waiting_external").end(end_ns))
+            self._deferred.put((_end_parked, lazy, end_ns))
 
     def maintained(self, task: str, result: object, seconds: float) -> None:
         self._task_duration.record(seconds, self._task_labels(task))

@@ -109,11 +109,12 @@ class Executor:
                 )
                 return settled
             if definition.is_async:
-                if observers.scoped:
-                    with observers.attempt_scope(job):
-                        value = await self._call(definition, ctx, job)
-                else:
+                scope = observers.attempt_scope_or_none(job)
+                if scope is None:
                     value = await self._call(definition, ctx, job)
+                else:
+                    with scope:
+                        value = await self._call(definition, ctx, job)
             else:
                 value = await self._threads.submit(
                     _on_handler_thread, call_handler, definition, ctx, job
@@ -194,10 +195,11 @@ def _on_handler_thread(
     (``close_old_connections()``) and the attempt's telemetry scope."""
     close_old_connections()
     try:
-        if observers.scoped:
+        scope = observers.attempt_scope_or_none(job)
+        if scope is not None:
             # Entered on the handler's thread: a span becomes the ambient
             # context of the handler's own spans there.
-            with observers.attempt_scope(job):
+            with scope:
                 return call(definition, ctx, job)
         return call(definition, ctx, job)
     finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import gc
 import os
 import threading
 import time
@@ -118,6 +119,12 @@ async def noop_async(n: int = 0) -> None:
 @job(kind="testapp.noop")
 def noop(n: int = 0) -> None:
     return None
+
+
+@job(kind="testapp.gc_frozen")
+def gc_frozen() -> bool:
+    """Whether the worker process running it froze its start-up heap."""
+    return gc.get_freeze_count() > 0
 
 
 @job(kind="testapp.crashable", takes_context=True)

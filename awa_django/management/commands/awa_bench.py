@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import gc
 import json
 import platform
 import time
@@ -22,8 +23,10 @@ from rich.table import Table
 
 from awa_django.benchmark import concurrency, oversupply, workloads
 from awa_django.benchmark.workloads import BenchOptions
+from awa_django.conf import awa_settings
 from awa_django.management.options import add_database_argument
 from awa_django.payload import check_queue
+from awa_django.runtime.worker import startup_heap_frozen
 from awa_django.storage import status
 from awa_django.storage.base import run
 from awa_django.stripes import MAX_STRIPES
@@ -267,6 +270,11 @@ class Command(BaseCommand):
             hot_hold_ms=options["hold_ms"],
             hot_stripes=options["stripes"] or (),
         )
+        # The in-process drains run as a worker process would (run_worker).
+        with startup_heap_frozen(awa_settings().worker_gc_freeze):
+            self._run(bench, options)
+
+    def _run(self, bench: BenchOptions, options: dict[str, Any]) -> None:
         console = Console(stderr=True)
         if options["oversupply"] is not None:
             if options["oversupply"] < 0:
@@ -339,6 +347,7 @@ def run_benchmark(
             "python": platform.python_version(),
             "django": django.get_version(),
             "machine": platform.machine(),
+            "gc_frozen": bool(gc.get_freeze_count()),
         },
         "options": dataclasses.asdict(bench),
         "results": results,
