@@ -33,19 +33,28 @@ try:  # the SDK is part of the otel extra, but an application may bring its own
     from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.sdk.trace import Tracer as SdkTracer
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON, DEFAULT_ON
 except ImportError:  # pragma: no cover - exercised only without the SDK
     SdkTracer = None  # type: ignore[assignment,misc]
+    ALWAYS_ON = DEFAULT_ON = None  # type: ignore[assignment]
 
 _ROOT = otel_context.Context()
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
 
 
 class FinishedSpans:
     """Hands an SDK tracer's span processor spans that are already over."""
 
-    __slots__ = ("_ids", "_processor", "_resource", "_sampler", "_scope")
+    __slots__ = ("_ids", "_processor", "_resource", "_roots_sampled", "_sampler", "_scope")
 
     def __init__(self, tracer: Any) -> None:
         self._sampler = tracer.sampler
+        # The SDK's default sampler (and always-on) record and sample every
+        # root span, with no attributes or trace state of their own: asking
+        # them would only build a SamplingResult that says so.  Any other
+        # sampler, or a span with a parent, is asked.
+        self._roots_sampled = self._sampler is DEFAULT_ON or self._sampler is ALWAYS_ON
         self._ids = tracer.id_generator
         self._resource = tracer.resource
         self._processor = tracer.span_processor
@@ -62,28 +71,31 @@ class FinishedSpans:
     ) -> None:
         """Record one consumer span from ``start_ns`` to ``end_ns`` (a child of
         ``parent`` when given, else a root with ``links``)."""
-        if parent is None:
-            trace_id = self._ids.generate_trace_id()
-            context = _ROOT
-        else:
-            trace_id = parent.trace_id
-            context = trace.set_span_in_context(NonRecordingSpan(parent))
         kind = SpanKind.CONSUMER
-        result = self._sampler.should_sample(context, trace_id, name, kind, attributes, links)
-        if not result.decision.is_recording():
-            return
-        flags = TraceFlags(
-            TraceFlags.SAMPLED if result.decision.is_sampled() else TraceFlags.DEFAULT
-        )
+        if parent is None and self._roots_sampled:
+            trace_id = self._ids.generate_trace_id()
+            flags, trace_state = _SAMPLED, None
+        else:
+            if parent is None:
+                trace_id = self._ids.generate_trace_id()
+                context = _ROOT
+            else:
+                trace_id = parent.trace_id
+                context = trace.set_span_in_context(NonRecordingSpan(parent))
+            result = self._sampler.should_sample(context, trace_id, name, kind, attributes, links)
+            if not result.decision.is_recording():
+                return
+            flags = _SAMPLED if result.decision.is_sampled() else _NOT_SAMPLED
+            trace_state = result.trace_state
+            if result.attributes:
+                attributes = {**attributes, **result.attributes}
         span_context = SpanContext(
             trace_id,
             self._ids.generate_span_id(),
             is_remote=False,
             trace_flags=flags,
-            trace_state=result.trace_state,
+            trace_state=trace_state,
         )
-        if result.attributes:
-            attributes = {**attributes, **result.attributes}
         self._processor.on_end(
             ReadableSpan(
                 name=name,

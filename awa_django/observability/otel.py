@@ -354,13 +354,17 @@ class _Deferred:
 
     Closing an attempt records a histogram point, counts the outcome and
     builds and ends the span: work the event loop (or the handler thread)
-    would otherwise do between two claims.  Here it only appends to a
-    deque; a daemon thread (``awa-otel``) drains it a few dozen times a
-    second, in small chunks that let the GIL go between them, so the work
-    fills the time the loop spends waiting on PostgreSQL.  Nothing is lost
-    or reordered in meaning: times are taken on the hot path (the span's
-    start and end, the duration), and :meth:`drain` runs what is left when
-    the worker stops or flushes.
+    would otherwise do between two claims.  Here it only appends one tuple
+    to a deque; a daemon thread (``awa-otel``) drains it a few dozen times a
+    second, in chunks that let the GIL go between them, so the work fills
+    the time the loop spends waiting on PostgreSQL.  An item's first element
+    is a function that takes a list of such items: consecutive items of one
+    function are handed over together, so what is the same for all of them
+    (the tracer's fast path, the outcome counts) is looked up and added once
+    per chunk, not once per job.  Nothing is lost or reordered in meaning:
+    times are taken on the hot path (the span's start and end, the
+    duration), and :meth:`drain` runs what is left when the worker stops or
+    flushes.
     """
 
     #: How often the thread wakes to drain (seconds).
@@ -375,8 +379,8 @@ class _Deferred:
         self._start_lock = threading.Lock()
 
     def put(self, work: tuple[Any, ...]) -> None:
-        """Queue ``work``: a function followed by its arguments, one tuple
-        (the only object the hot path allocates for it)."""
+        """Queue ``work``: ``(function, *arguments)``, where the function takes
+        a list of such tuples (one object is all the hot path allocates)."""
         self._items.append(work)
         if self._thread is None:
             self._start()
@@ -396,23 +400,35 @@ class _Deferred:
         """Run every queued item (in the caller's thread)."""
         items = self._items
         with self._drain_lock:
-            done = 0
             while items:
-                try:
-                    work = items.popleft()
-                except IndexError:
-                    break
-                try:
-                    work[0](*work[1:])
-                except Exception:
-                    log.exception("recording awa telemetry failed")
-                done += 1
-                if chunked and done % self.CHUNK == 0:
+                chunk = []
+                for _ in range(self.CHUNK):
+                    try:
+                        chunk.append(items.popleft())
+                    except IndexError:
+                        break
+                self._run_chunk(chunk)
+                if chunked:
                     time.sleep(0)  # let the event loop have the GIL back
 
+    @staticmethod
+    def _run_chunk(chunk: list[tuple[Any, ...]]) -> None:
+        begin = 0
+        while begin < len(chunk):
+            work = chunk[begin][0]
+            end = begin + 1
+            while end < len(chunk) and chunk[end][0] is work:
+                end += 1
+            try:
+                work(chunk[begin:end])
+            except Exception:
+                log.exception("recording awa telemetry failed")
+            begin = end
 
-def _end_parked(lazy: _LazySpan, end_ns: int) -> None:
-    lazy.real("waiting_external").end(end_ns)
+
+def _end_parked(items: list[tuple[Any, ...]]) -> None:
+    for _, lazy, end_ns in items:
+        lazy.real("waiting_external").end(end_ns)
 
 
 class OtelObserver(Observer):
@@ -442,7 +458,7 @@ class OtelObserver(Observer):
         self._open: dict[tuple[int, int], _LazySpan] = {}
         self._deferred = _Deferred()
         # Bound once: a bound method built per job is one more allocation.
-        self._record_close_work = self._record_close
+        self._record_close_work = self._record_closes
         self._process: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
         self._samples: tuple[float, Sequence[QueueSample]] | None = None
         self._up: bool | None = None  # None until this process runs a worker
@@ -647,39 +663,54 @@ class OtelObserver(Observer):
         end_ns = time.time_ns() if span is not None else 0
         self._deferred.put((self._record_close_work, job, closure, applied, seconds, span, end_ns))
 
-    def _record_close(
-        self,
-        job: ClaimedJob,
-        closure: Closure,
-        applied: bool,
-        seconds: float,
-        lazy: _LazySpan | None,
-        end_ns: int,
-    ) -> None:
-        # The closure's label (a move to the DLQ says "failed": awa.job.dlq
-        # counts the moves), as the Prometheus exporter records it.
+    def _record_closes(self, items: list[tuple[Any, ...]]) -> None:
+        """Record the closes :meth:`closed` queued: ``(work, job, closure,
+        applied, seconds, lazy span, end_ns)`` each."""
+        outcomes: dict[tuple[str, str, str], int] = {}
+        record_duration = self._job_duration.record
+        labels = self._job_labels
+        fast = self._finished_spans()  # once per chunk
+        for _, job, closure, applied, seconds, lazy, end_ns in items:
+            try:
+                # The closure's label (a move to the DLQ says "failed":
+                # awa.job.dlq counts the moves), as the Prometheus exporter
+                # records it.
+                outcome = closure.outcome
+                if applied:
+                    key = (job.queue, job.kind, outcome)
+                    outcomes[key] = outcomes.get(key, 0) + 1
+                    record_duration(seconds, labels(*key))
+                    if closure.target == RETRYABLE:
+                        self._retries.add((job.queue, job.kind))
+                    elif closure.target == DLQ:
+                        self._dlq.add((job.queue, job.kind))
+                else:
+                    self._stale.add((job.queue, job.kind))
+                if lazy is None:
+                    continue  # no handler ran (an unknown kind, arguments that no longer fit)
+                if (
+                    fast is not None
+                    and applied
+                    and not lazy.built
+                    and closure.target not in _ERROR_TARGETS
+                ):
+                    name, attributes, parent, links = self._process_fields(job, outcome)
+                    fast.record(name, attributes, parent, links, lazy.start_ns, end_ns)
+                    continue
+                self._end_span(lazy, closure, applied, end_ns)
+            except Exception:
+                log.exception("recording the close of job %s failed", job.job_id)
+        for key, count in outcomes.items():
+            self._outcomes.add(key, count)
+
+    def _end_span(self, lazy: _LazySpan, closure: Closure, applied: bool, end_ns: int) -> None:
+        """End an attempt's span the SDK's way: it was touched while the
+        attempt ran, the attempt failed, or the fast path does not apply."""
         outcome = closure.outcome
-        if applied:
-            self._outcomes.add((job.queue, job.kind, outcome))
-            self._job_duration.record(seconds, self._job_labels(job.queue, job.kind, outcome))
-            if closure.target == RETRYABLE:
-                self._retries.add((job.queue, job.kind))
-            elif closure.target == DLQ:
-                self._dlq.add((job.queue, job.kind))
-        else:
-            self._stale.add((job.queue, job.kind))
-        if lazy is None:
-            return  # no handler ran (an unknown kind, arguments that no longer fit)
         if lazy.built:
             span = lazy.real()
             span.set_attribute(JOB_OUTCOME, outcome)
         else:
-            if applied and closure.target not in _ERROR_TARGETS:
-                fast = self._finished_spans()
-                if fast is not None:
-                    name, attributes, parent, links = self._process_fields(job, outcome)
-                    fast.record(name, attributes, parent, links, lazy.start_ns, end_ns)
-                    return
             span = lazy.real(outcome)
         if not applied:
             span.set_attribute(JOB_STALE, True)

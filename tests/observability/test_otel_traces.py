@@ -20,6 +20,7 @@ from awa_django import job, ops
 from awa_django.payload import TRACEPARENT_KEY
 from awa_django.records import ClaimedJob, Closure
 from tests.conftest import run_burst
+from tests.observability.otel_support import build
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -372,3 +373,78 @@ def test_the_fast_path_honours_the_sampler(sampled):
     fast.record("process k", {"awa.job.kind": "k"}, None, None, 1, 2)
     assert len(exporter.get_finished_spans()) == (1 if sampled else 0)
     provider.shutdown()
+
+
+def test_the_default_sampler_is_answered_without_asking_it_only_for_roots():
+    """The SDK's default sampler samples every root: the fast path knows that
+    without building a SamplingResult; a parent's decision, and any other
+    sampler, are still asked."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.sdk.trace.sampling import DEFAULT_ON, ParentBased, TraceIdRatioBased
+    from opentelemetry.trace import SpanContext, TraceFlags
+
+    from awa_django.observability import finished
+
+    def recorded(sampler, parent):
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider(sampler=sampler)
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        fast = finished.for_tracer(provider.get_tracer("awa_django"))
+        assert fast is not None
+        fast.record("process k", {"awa.job.kind": "k"}, parent, None, 1, 2)
+        provider.shutdown()
+        return exporter.get_finished_spans()
+
+    (root,) = recorded(DEFAULT_ON, None)
+    assert root.context.trace_flags.sampled and root.parent is None
+    assert root.context.trace_state == trace.TraceState()
+    assert dict(root.attributes) == {"awa.job.kind": "k"}
+
+    def remote(flags: int) -> SpanContext:
+        return SpanContext(0xABC, 0xDEF, is_remote=True, trace_flags=TraceFlags(flags))
+
+    (child,) = recorded(DEFAULT_ON, remote(TraceFlags.SAMPLED))
+    assert (child.context.trace_id, child.parent.span_id) == (0xABC, 0xDEF)
+    assert recorded(DEFAULT_ON, remote(TraceFlags.DEFAULT)) == ()  # the parent said no
+    assert recorded(ParentBased(TraceIdRatioBased(0.0)), None) == ()  # asked: never
+
+
+def test_queued_closes_are_recorded_in_chunks_without_losing_or_mixing_any():
+    """The telemetry thread hands consecutive items of one kind over
+    together: 150 closes of three outcomes, a parked attempt and a stale
+    close in the middle, across chunk boundaries, come out exact."""
+    telemetry = build()
+    observer = telemetry.observer
+    observer._deferred.INTERVAL = 3600  # this test drains by hand
+    outcomes = ("completed", "retryable", "cancelled")
+    targets = {"completed": "completed", "retryable": "retryable", "cancelled": "cancelled"}
+    for n in range(150):
+        job = _claimed(1000 + n)
+        with observer.attempt_scope(job):
+            pass
+        if n == 70:
+            observer.parked(job)
+            continue
+        outcome = outcomes[n % 3]
+        closure = Closure(job.job_id, 1, 0, 1, 0, targets[outcome], outcome)
+        observer.closed(job, closure, n != 71, 0.001)
+    assert telemetry.spans() == []
+    observer.flush(5.0)
+
+    labels = {"queue": "q-lazy", "kind": "tests.otel.lazy"}
+    expected = {o: sum(1 for n in range(150) if n % 3 == i and n not in (70, 71))
+                for i, o in enumerate(outcomes)}  # fmt: skip
+    for outcome, count in expected.items():
+        assert telemetry.value("awa.job.outcomes", **labels, outcome=outcome) == count
+        assert telemetry.value("awa.job.duration", **labels, outcome=outcome) == count
+    assert telemetry.value("awa.job.stale_completions", **labels) == 1
+    spans = telemetry.spans("process tests.otel.lazy")
+    assert sorted(int(s.attributes["messaging.message.id"]) for s in spans) == list(
+        range(1000, 1150)
+    )
+    by_id = {int(s.attributes["messaging.message.id"]): s for s in spans}
+    assert by_id[1070].attributes["awa.job.outcome"] == "waiting_external"
+    assert by_id[1071].attributes["awa.job.stale"] is True
+    assert by_id[1001].status.status_code == StatusCode.ERROR  # a retryable attempt
