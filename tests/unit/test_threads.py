@@ -1,0 +1,102 @@
+"""Handler threads: as many as blocking handlers need, few for short ones."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from awa_django.runtime.threads import HandlerThreads
+
+
+def _run(coroutine):
+    return asyncio.run(asyncio.wait_for(coroutine, timeout=30))
+
+
+def test_handlers_that_block_together_all_get_a_thread():
+    """32 handlers that can only return once all 32 run at once: the pool
+    must wake a thread for each, although one submit wakes only one."""
+    threads = HandlerThreads(64)
+    barrier = threading.Barrier(32, timeout=20)
+
+    async def scenario():
+        return await asyncio.gather(*(threads.submit(barrier.wait) for _ in range(32)))
+
+    results = _run(scenario())
+    assert sorted(results) == list(range(32))
+    threads.shutdown()
+
+
+def test_short_handlers_are_run_by_few_threads():
+    """2,000 handlers of a few microseconds each: the awake threads keep up,
+    so the pool does not start a thread per job (it did: one per permit)."""
+    threads = HandlerThreads(512)
+
+    async def scenario():
+        return await asyncio.gather(*(threads.submit(abs, -n) for n in range(2000)))
+
+    assert _run(scenario()) == list(range(2000))
+    assert 1 <= len(threads._threads) <= 16
+    threads.shutdown()
+
+
+def test_slow_handlers_ramp_up_to_the_size_and_no_further():
+    threads = HandlerThreads(8)
+
+    async def scenario():
+        began = time.monotonic()
+        await asyncio.gather(*(threads.submit(time.sleep, 0.05) for _ in range(16)))
+        return time.monotonic() - began
+
+    took = _run(scenario())
+    assert len(threads._threads) == 8
+    assert took < 16 * 0.05 / 2  # ran side by side (8 at a time: about 0.1 s)
+    threads.shutdown()
+
+
+def test_a_short_handler_is_not_held_behind_a_blocked_one():
+    threads = HandlerThreads(4)
+    release = threading.Event()
+
+    async def scenario():
+        blocked = threads.submit(release.wait, 20)
+        for n in range(3):  # with a parked thread to take it, and without
+            assert await asyncio.wait_for(threads.submit(abs, -n), timeout=10) == n
+        assert not blocked.done()
+        release.set()
+        return await blocked
+
+    assert _run(scenario()) is True
+    threads.shutdown()
+
+
+def test_exceptions_reach_the_awaiting_caller():
+    threads = HandlerThreads(2)
+
+    def boom():
+        raise ValueError("boom")
+
+    async def scenario():
+        with pytest.raises(ValueError, match="boom"):
+            await threads.submit(boom)
+        return await threads.submit(len, "ok")
+
+    assert _run(scenario()) == 2
+    threads.shutdown()
+
+
+def test_shutdown_lets_every_thread_exit():
+    threads = HandlerThreads(4)
+    barrier = threading.Barrier(4, timeout=20)
+
+    async def scenario():
+        await asyncio.gather(*(threads.submit(barrier.wait) for _ in range(4)))
+
+    _run(scenario())
+    assert len(threads._threads) == 4
+    threads.shutdown()
+    for thread in threads._threads:
+        thread.join(timeout=10)
+        assert not thread.is_alive()
