@@ -21,23 +21,28 @@ def _clean(reset_awa):
 
 
 def test_the_block_freezes_what_is_alive_and_gives_it_back():
-    assert gc.get_freeze_count() == 0
+    before = gc.get_freeze_count()  # 0, or a few hundred on Python 3.12
     alive = [object() for _ in range(10)]
     with startup_heap_frozen():
-        assert gc.get_freeze_count() > len(alive)
-    assert gc.get_freeze_count() == 0
+        assert gc.get_freeze_count() > before + 1000 + len(alive)
+    assert gc.get_freeze_count() <= before
 
 
 def test_disabled_leaves_the_collector_alone():
+    before = gc.get_freeze_count()
     with startup_heap_frozen(enabled=False):
-        assert gc.get_freeze_count() == 0
+        assert gc.get_freeze_count() == before
 
 
-@pytest.mark.parametrize("freeze", [True, False])
-def test_a_worker_process_freezes_unless_told_not_to(queue, start_worker, freeze):
-    ref = jobs.gc_frozen.using(queue=queue).enqueue()
-    env = {"AWA_SETTINGS_JSON": json.dumps({"WORKER_GC_FREEZE": freeze})}
-    worker = start_worker("--queue", queue, "--burst", env=env)
-    assert worker.wait(timeout=120) == 0, worker.output()[-4000:]
-    info = ops.get_job(ref.id)
-    assert (info.state, info.return_value) == ("completed", freeze)
+def test_a_worker_process_freezes_unless_told_not_to(queue, start_worker):
+    frozen = {}
+    for freeze in (True, False):
+        ref = jobs.gc_frozen.using(queue=queue).enqueue()
+        env = {"AWA_SETTINGS_JSON": json.dumps({"WORKER_GC_FREEZE": freeze})}
+        worker = start_worker("--queue", queue, "--burst", env=env)
+        assert worker.wait(timeout=120) == 0, worker.output()[-4000:]
+        info = ops.get_job(ref.id)
+        assert info.state == "completed"
+        frozen[freeze] = info.return_value
+    # A started Django process holds far more than the interpreter's own.
+    assert frozen[True] > frozen[False] + 10_000, frozen
