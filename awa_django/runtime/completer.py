@@ -22,6 +22,11 @@ in ``stale`` and logged, never applied.
   on their own are isolated: one bad closure never drops the completions of
   its 511 batch-mates.
 
+A dispatcher hands in the closures of a whole claim at once
+(:meth:`Completer.submit_group`): they wait as one group, under one future,
+and the group's answer lists each closure's outcome, so a claim of 500
+attempts costs one future and one wake-up rather than 500.
+
 An atomic handler writes its completion in its own transaction
 (:mod:`.atomic`); :meth:`Completer.settled` accounts for it like a flushed
 one.  Both emit completion events: listeners registered with :meth:`subscribe`
@@ -62,6 +67,28 @@ class CompletionEvent:
 
 
 Listener = Callable[[Sequence[CompletionEvent]], None]
+
+#: What a group reports for each closure: applied (True), stale (False), or
+#: the error that kept it from being written.
+Outcome = bool | Exception
+
+
+class _Group:
+    """Closures submitted together, answered together once the last is flushed
+    (a flush may take part of a group, the next the rest)."""
+
+    __slots__ = ("future", "remaining", "results")
+
+    def __init__(self, future: asyncio.Future[list[Outcome]], size: int) -> None:
+        self.future = future
+        self.remaining = size
+        self.results: list[Outcome] = [False] * size
+
+    def deliver(self, index: int, outcome: Outcome) -> None:
+        self.results[index] = outcome
+        self.remaining -= 1
+        if self.remaining == 0 and not self.future.done():
+            self.future.set_result(self.results)
 
 
 class Completer:
@@ -108,6 +135,12 @@ class Completer:
         won = await self._run(close_attempts(closures))
         return self._settle(closures, won)
 
+    async def submit_group(self, closures: Sequence[Closure]) -> list[Outcome]:
+        """Close these attempts (with whatever else is flushed meanwhile); one
+        outcome each, in order: applied, stale, or the error that kept it
+        from being written."""
+        return list(await self.submit_many(closures))
+
     async def start(self) -> None:
         return None
 
@@ -151,7 +184,8 @@ class BatchCompleter(Completer):
     def __init__(self, config: CompleterConfig, runner: AsyncRunner) -> None:
         super().__init__(runner)
         self.config = config
-        self._pending: list[tuple[Closure, asyncio.Future[bool]]] = []
+        # Each pending closure with the group waiting for it and its place there.
+        self._pending: list[tuple[Closure, _Group, int]] = []
         self._arrived = asyncio.Event()
         # Set while the loop lets a batch fill; resolved early once it is full.
         self._filling: asyncio.Future[None] | None = None
@@ -161,12 +195,26 @@ class BatchCompleter(Completer):
     async def submit(self, closure: Closure) -> bool:
         if self._task is None or self._task.done():
             return await super().submit(closure)
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._pending.append((closure, future))
+        (outcome,) = await self._enqueue([closure])
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    async def submit_group(self, closures: Sequence[Closure]) -> list[Outcome]:
+        if not closures:
+            return []
+        if self._task is None or self._task.done():
+            return await super().submit_group(closures)
+        return await self._enqueue(closures)
+
+    def _enqueue(self, closures: Sequence[Closure]) -> asyncio.Future[list[Outcome]]:
+        future: asyncio.Future[list[Outcome]] = asyncio.get_running_loop().create_future()
+        group = _Group(future, len(closures))
+        self._pending.extend([(closure, group, i) for i, closure in enumerate(closures)])
         self._arrived.set()
         if self._filling is not None and self._full():
             _resolve(self._filling)
-        return await future
+        return future
 
     def _full(self) -> bool:
         """Whether waiting longer cannot grow the pending batch."""
@@ -207,19 +255,18 @@ class BatchCompleter(Completer):
         batch, self._pending = self._pending[:size], self._pending[size:]
         if not batch:
             return 0
-        closures = [closure for closure, _ in batch]
+        closures = [closure for closure, _, _ in batch]
         won, failed = await self._close(closures)
         if failed:
-            for closure, future in batch:
+            for closure, group, index in batch:
                 error = failed.get((closure.job_id, closure.run_lease))
-                if error is not None and not future.done():
-                    future.set_exception(error)
-            keep = [i for i, (c, _) in enumerate(batch) if (c.job_id, c.run_lease) not in failed]
+                if error is not None:
+                    group.deliver(index, error)
+            keep = [i for i, c in enumerate(closures) if (c.job_id, c.run_lease) not in failed]
             batch = [batch[i] for i in keep]
             closures = [closures[i] for i in keep]
-        for (_, future), applied in zip(batch, self._settle(closures, won), strict=True):
-            if not future.done():
-                future.set_result(applied)
+        for (_, group, index), applied in zip(batch, self._settle(closures, won), strict=True):
+            group.deliver(index, applied)
         return len(batch)
 
     async def _close(

@@ -25,6 +25,7 @@ from ..descriptors import Declared, declared_for
 from ..exceptions import InvalidJob
 from ..jobs import registry
 from ..payload import check_queue
+from ..storage.connection import RUNTIME_SESSION_SETTINGS, with_server_settings
 
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0
 # Leader election: how often a standby tries the lock and a leader checks it still holds it.
@@ -315,7 +316,7 @@ def build_config(
         )
     return WorkerConfig(
         settings=settings,
-        conninfo=conninfo,
+        conninfo=with_server_settings(conninfo, RUNTIME_SESSION_SETTINGS),
         queues=tuple(policies),
         burst=burst,
         shutdown_timeout=shutdown_timeout,

@@ -48,16 +48,18 @@ import time
 import uuid
 from collections.abc import Awaitable, Sequence
 from datetime import UTC, datetime
+from typing import cast
 
 from ..concurrency import CONCURRENCY_KEY
 from ..conf import RateLimit
 from ..context import JobContext
 from ..observability.hooks import observers
-from ..records import ClaimedJob
+from ..records import ClaimedJob, Closure
 from ..storage import AsyncRunner
 from ..storage import rate as rate_store
 from ..storage.attempts import claim
 from ..stripes import Rotation
+from . import eager
 from .atomic import Settled
 from .completer import Completer
 from .config import QueuePolicy
@@ -194,9 +196,9 @@ class ClaimBatch:
         for ctx in self.contexts:
             ctx.cancel()
 
-    def finished_one(self) -> None:
-        self.remaining -= 1
-        if self.remaining == 0:
+    def finished(self, count: int) -> None:
+        self.remaining -= count
+        if self.remaining <= 0:
             if self.timer is not None:
                 self.timer.cancel()  # drops the handle's reference to this batch
                 self.timer = None
@@ -217,6 +219,7 @@ class Dispatcher:
         leases: LeaseHub | None = None,
         permits: Permits | SharedPermits | None = None,
         stripes: Sequence[str] = (),
+        idle: asyncio.Event | None = None,
     ) -> None:
         self.policy = policy
         #: The physical queues claims visit (the queue's stripes, if any).
@@ -231,6 +234,10 @@ class Dispatcher:
         self._runtime_id = runtime_id
         self._wakeup = wakeup
         self._stopping = stopping
+        # Set whenever the queue may have gone quiet here (a claim came back
+        # short, or the last attempt in flight finished): ``--burst`` checks
+        # then instead of on its next tick.
+        self._quiet = idle if idle is not None else asyncio.Event()
         # Set when an attempt with a concurrency key closed: its slot is
         # free, so a job of that key held aside may be claimable now.
         self._slot_freed = asyncio.Event()
@@ -359,6 +366,8 @@ class Dispatcher:
         if fleet is not None and len(jobs) < wanted:
             await self._run(rate_store.refund(self.policy.name, wanted - len(jobs), fleet.burst))
         self._short[loop] = len(jobs) < wanted
+        if self._short[loop]:
+            self._quiet.set()
         self.permits.busy(not self._short[loop])
         if not jobs:
             return jobs
@@ -368,10 +377,12 @@ class Dispatcher:
         if deadline_at is not None:
             delay = (deadline_at - datetime.now(UTC)).total_seconds()
             batch.timer = event_loop.call_later(max(delay, 0), batch.expire)
-        create_task = event_loop.create_task
+        # One task runs the whole claim (see _run_batch); an attempt that
+        # has to wait gets a task of its own there.
+        task = event_loop.create_task(self._run_batch(jobs, batch))
+        inflight = self.inflight
         for job, ctx in zip(jobs, batch.contexts, strict=True):
-            task = create_task(self._run_job(job, ctx, batch))
-            self.inflight[(job.job_id, job.run_lease, job.claim_nonce)] = (job, ctx, task)
+            inflight[(job.job_id, job.run_lease, job.claim_nonce)] = (job, ctx, task)
         return jobs
 
     def _count_claim(self, loop: int, claimed: int) -> None:
@@ -442,29 +453,125 @@ class Dispatcher:
             # a pause for the closes flushed together to free theirs too.
             await self._wait(asyncio.sleep(SLOT_FREED_DELAY))
 
-    async def _run_job(self, job: ClaimedJob, ctx: JobContext, batch: ClaimBatch) -> None:
+    async def _run_batch(self, jobs: list[ClaimedJob], batch: ClaimBatch) -> None:
+        """Run the attempts of one claim, and close those that finished together.
+
+        Each attempt is started in place (:func:`.eager.start`): one whose
+        handler returns without waiting -- most short ``async def`` jobs --
+        is done at once, and the closures of all such attempts go to the
+        completer as one group, whose durable answer releases their permits
+        together.  An attempt that waits (an async handler awaiting I/O, a
+        sync handler on its thread, a callback registration) carries on in
+        a task of its own (:meth:`_finish`), closed on its own.
+        """
+        run = self._executor.run
+        policy = self.policy
+        dlq, long_running = policy.dlq, policy.queue.long_running
+        create_task = asyncio.get_running_loop().create_task
+        inflight = self.inflight
+        finished: list[tuple[ClaimedJob, Closure]] = []
         began = time.perf_counter()
-        try:
-            outcome = await self._executor.run(
-                job, ctx, dlq=self.policy.dlq, long_running=self.policy.queue.long_running
-            )
-            if outcome is None:
-                if observers.active:
-                    observers.parked(job)
-                return  # parked: the lease holds the attempt, the slot is free
-            if isinstance(outcome, Settled):  # an atomic handler closed it itself
-                closure, applied = outcome.closure, self._completer.settled(outcome)
+        for job, ctx in zip(jobs, batch.contexts, strict=True):
+            try:
+                done, value, context = eager.start(
+                    run(job, ctx, dlq=dlq, long_running=long_running)
+                )
+            except Exception:
+                log.exception("job %s (%s): could not run its attempt", job.job_id, job.kind)
+                self._forget(job, batch)
+                continue
+            if not done:
+                rest = cast("eager.Rest[Closure | Settled | None]", value)
+                task = create_task(self._finish(job, ctx, batch, rest, began), context=context)
+                inflight[(job.job_id, job.run_lease, job.claim_nonce)] = (job, ctx, task)
+            elif type(value) is Closure:
+                finished.append((job, value))
             else:
-                closure, applied = outcome, await self._completer.submit(outcome)
+                self._record(job, cast("Settled | None", value), began)
+                self._forget(job, batch)
+        if finished:
+            await self._close_group(finished, batch, began)
+
+    async def _close_group(
+        self, finished: list[tuple[ClaimedJob, Closure]], batch: ClaimBatch, began: float
+    ) -> None:
+        """Write the closures of attempts that finished together; then free them."""
+        try:
+            outcomes = await self._completer.submit_group([closure for _, closure in finished])
+        except asyncio.CancelledError:
+            outcomes = []  # shutdown gave up waiting: the worker hands them back
+        except Exception:
+            log.exception(
+                "%s attempts of queue %s: could not record their outcomes",
+                len(finished),
+                self.policy.name,
+            )
+            outcomes = []
+        inflight = self.inflight
+        active = observers.active
+        seconds = time.perf_counter() - began
+        for index, (job, closure) in enumerate(finished):
+            inflight.pop((job.job_id, job.run_lease, job.claim_nonce), None)
+            if index >= len(outcomes):
+                continue
+            outcome = outcomes[index]
+            if isinstance(outcome, Exception):
+                log.error(
+                    "job %s (%s): could not record its outcome: %s", job.job_id, job.kind, outcome
+                )
+                continue
             if CONCURRENCY_KEY in job.metadata:
                 self._slot_freed.set()
+            if active:
+                observers.closed(job, closure, outcome, seconds)
+        self.permits.release(len(finished))
+        batch.finished(len(finished))
+        if not inflight:
+            self._quiet.set()
+
+    def _record(self, job: ClaimedJob, outcome: Settled | None, began: float) -> None:
+        """Account for an attempt that parked (None) or closed itself (atomic)."""
+        if outcome is None:
             if observers.active:
-                observers.closed(job, closure, applied, time.perf_counter() - began)
+                observers.parked(job)  # the lease holds the attempt, the slot is free
+            return
+        applied = self._completer.settled(outcome)
+        if CONCURRENCY_KEY in job.metadata:
+            self._slot_freed.set()
+        if observers.active:
+            observers.closed(job, outcome.closure, applied, time.perf_counter() - began)
+
+    def _forget(self, job: ClaimedJob, batch: ClaimBatch) -> None:
+        """The attempt is no longer this worker's to run: free its permit."""
+        inflight = self.inflight
+        inflight.pop((job.job_id, job.run_lease, job.claim_nonce), None)
+        self.permits.release()
+        batch.finished(1)
+        if not inflight:
+            self._quiet.set()
+
+    async def _finish(
+        self,
+        job: ClaimedJob,
+        ctx: JobContext,
+        batch: ClaimBatch,
+        rest: eager.Rest[Closure | Settled | None],
+        began: float,
+    ) -> None:
+        """The rest of an attempt that had to wait, then its own close."""
+        try:
+            outcome = await rest
+            if type(outcome) is Closure:
+                applied = await self._completer.submit(outcome)
+                if CONCURRENCY_KEY in job.metadata:
+                    self._slot_freed.set()
+                if observers.active:
+                    observers.closed(job, outcome, applied, time.perf_counter() - began)
+            else:
+                self._record(job, cast("Settled | None", outcome), began)
         except asyncio.CancelledError:
             pass
         except Exception:
             log.exception("job %s (%s): could not record its outcome", job.job_id, job.kind)
         finally:
-            self.inflight.pop((job.job_id, job.run_lease, job.claim_nonce), None)
-            self.permits.release()
-            batch.finished_one()
+            self._forget(job, batch)

@@ -50,10 +50,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ..storage import AsyncRunner
 from ..storage import maintenance as store
+from ..storage.connection import with_server_settings
 from .config import ELECTION_INTERVAL, PeriodicConfig
 from .service import PeriodicService, close_quietly
 
@@ -83,10 +83,7 @@ DEPOSE_RETRY_DELAY = 0.1
 def with_server_keepalives(conninfo: str) -> str:
     """``conninfo`` whose ``options`` also set :data:`SERVER_KEEPALIVES`
     (options the project configured are kept)."""
-    params = conninfo_to_dict(conninfo)
-    extra = " ".join(f"-c {name}={value}" for name, value in SERVER_KEEPALIVES.items())
-    params["options"] = f"{params['options']} {extra}" if params.get("options") else extra
-    return make_conninfo("", **params)
+    return with_server_settings(conninfo, SERVER_KEEPALIVES)
 
 
 def session_name(runtime_id: uuid.UUID) -> str:

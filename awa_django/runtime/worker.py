@@ -77,6 +77,8 @@ from .service import Service
 
 log = logging.getLogger("awa_django.worker")
 
+# --burst asks the database whether work remains as soon as a dispatcher
+# may have gone quiet, and at least this often (seconds).
 BURST_CHECK_INTERVAL = 0.2
 # Seconds a stopping worker gives its database calls beyond shutdown_timeout
 # (see the module docstring), and the removal of its runtime row.
@@ -135,6 +137,8 @@ class Worker:
                 CALLBACK_CHANNEL: self.leases.callback_resumed,
             },
         )
+        # Set by a dispatcher that may have run out of work (see _until_drained).
+        self.idle = asyncio.Event()
         self.dispatchers = [
             Dispatcher(
                 policy,
@@ -147,6 +151,7 @@ class Worker:
                 leases=self.leases,
                 permits=self._permits_for(policy),
                 stripes=config.stripes_of(policy.name),
+                idle=self.idle,
             )
             for policy in config.queues
         ]
@@ -309,7 +314,9 @@ class Worker:
     async def _until_drained(self) -> None:
         """--burst: stop once no selected queue has available, running or due work."""
         while not self.stopping.is_set():
-            await asyncio.sleep(BURST_CHECK_INTERVAL)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.idle.wait(), BURST_CHECK_INTERVAL)
+            self.idle.clear()
             if self.inflight or not all(d.last_claim_empty for d in self.dispatchers):
                 continue
             try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -49,3 +50,25 @@ def conninfo(database: str | None = None) -> str:
     return make_conninfo(
         **{key: value for key, value in psycopg_params(database).items() if value not in (None, "")}
     )
+
+
+#: Server settings of every session the worker runtime opens (its pool, its
+#: LISTEN connection, the leader's election and task sessions).  ``jit``:
+#: PostgreSQL JIT-compiles any statement whose estimated cost passes
+#: ``jit_above_cost``, and the queue's reads over many ring partitions (the
+#: leader's queue sample, rescue, the ``--burst`` check) estimate high while
+#: touching a few rows: compiling one took about 150 ms, for a statement
+#: that then ran in a few.
+RUNTIME_SESSION_SETTINGS: Mapping[str, str] = {"jit": "off"}
+
+
+def with_server_settings(conninfo: str, settings: Mapping[str, str]) -> str:
+    """``conninfo`` whose ``options`` also set these server settings for the
+    session (``-c name=value``); options the project configured are kept,
+    and come first."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    params = conninfo_to_dict(conninfo)
+    extra = " ".join(f"-c {name}={value}" for name, value in settings.items())
+    params["options"] = f"{params['options']} {extra}" if params.get("options") else extra
+    return make_conninfo("", **params)

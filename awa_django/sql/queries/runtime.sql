@@ -12,7 +12,7 @@ SELECT job_id, run_lease, kind, priority, effective_priority, attempt, max_attem
 
 -- name: close_attempts
 SELECT job_id, run_lease
-  FROM awa.close_attempts_v3(%s::smallint[], %s::bigint[], %s::integer[], %s::bigint[],
+  FROM awa.close_attempts_v4(%s::smallint[], %s::bigint[], %s::integer[], %s::bigint[],
                           %s::bigint[], %s::bigint[], %s::text[], %s::text[],
                           %s::timestamptz[], %s::smallint[], %s::text[], %s::text[],
                           %s::text[], %s::text[])

@@ -1,0 +1,35 @@
+-- Undo version 23: closes go back to awa.close_attempts_v3, which is unchanged,
+-- awa.open_receipts to its item-by-item test,
+-- and columns compressed with lz4 go back to the server's default method
+-- (values already written keep theirs).
+SET LOCAL client_min_messages = warning;
+SELECT pg_advisory_xact_lock(hashtext('awa_django.substrate'));
+DROP FUNCTION IF EXISTS awa.close_attempts_v4(smallint[], bigint[], integer[], bigint[], bigint[],
+                                              bigint[], text[], text[], timestamptz[],
+                                              smallint[], text[], text[], text[], text[]);
+CREATE OR REPLACE VIEW awa.open_receipts AS
+SELECT c.*
+  FROM awa.claim_items c
+ WHERE NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
+                    WHERE x.batch_id = c.batch_id AND x.item = c.item
+                      AND x.claim_slot = c.claim_slot)
+   AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closure_batches y
+                    WHERE y.batch_id = c.batch_id AND y.claim_slot = c.claim_slot
+                      AND c.item = ANY (y.items));
+DO $$
+DECLARE
+    v_column record;
+BEGIN
+    FOR v_column IN
+        SELECT a.attrelid::regclass AS rel, a.attname
+          FROM pg_attribute a
+          JOIN pg_class c ON c.oid = a.attrelid
+          JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'awa'
+         WHERE a.attcompression = 'l' AND NOT a.attisdropped
+    LOOP
+        EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET COMPRESSION default',
+                       v_column.rel, v_column.attname);
+    END LOOP;
+END
+$$;
+UPDATE awa.substrate_info SET schema_version = LEAST(schema_version, 22);
