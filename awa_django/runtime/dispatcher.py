@@ -2,10 +2,16 @@
 
 Loop: wait for one free permit, take every other free permit up to
 ``claim_batch_size``, claim that many jobs in one round trip, hand back the
-permits the claim did not use, and start one task per claimed job.  A job's
-permit is released only after its completion is durable.  When a claim
-comes back short the queue is drained for now: the dispatcher sleeps until
-a NOTIFY on the queue's channel or ``poll_interval``, whichever comes first.
+permits the claim did not use, and run the claimed jobs (one task for the
+claim; a job that has to wait gets its own).  A job's permit is released
+when its handler has finished and its closure is handed to the completer,
+so the next claim can run while those closures are being written: the
+database then claims and closes at once while the worker runs jobs, instead
+of each waiting for the other.  Closures not yet durable are bounded: a
+queue with ``max_workers`` closures waiting to be written claims nothing
+until a flush lands.  When a claim comes back short the queue is drained
+for now: the dispatcher sleeps until a NOTIFY on the queue's channel or
+``poll_interval``, whichever comes first.
 
 Woken by a NOTIFY, it waits a short back-off before claiming (see
 :class:`WakeupBackoff`): notifications arriving meanwhile share that one
@@ -246,6 +252,10 @@ class Dispatcher:
         # A fleet-wide limit (rate_limit_scope "fleet"): tokens come from the
         # database; when it had none, how long until the next one is due.
         self._fleet_wait = 0.0
+        # Closures handed to the completer and not yet durable (their jobs'
+        # permits are free again); set after each flush.
+        self._unflushed = 0
+        self._flushed = asyncio.Event()
         self.inflight: dict[
             tuple[int, int, int], tuple[ClaimedJob, JobContext, asyncio.Task[None]]
         ] = {}
@@ -413,6 +423,12 @@ class Dispatcher:
 
     async def _claim_loop(self, loop: int) -> None:
         while not self._stopping.is_set():
+            while self._unflushed >= self.permits.total:
+                # As many closures wait to be written as jobs may run: no
+                # more claims until a flush lands.
+                self._flushed.clear()
+                if await self._wait(self._flushed.wait()) < 0:
+                    return
             if await self._wait(self.permits.acquire()) < 0:
                 return
             self._wakeup.clear()
@@ -495,7 +511,11 @@ class Dispatcher:
     async def _close_group(
         self, finished: list[tuple[ClaimedJob, Closure]], batch: ClaimBatch, began: float
     ) -> None:
-        """Write the closures of attempts that finished together; then free them."""
+        """Write the closures of attempts that finished together; their permits
+        are free from the moment the closures are handed over."""
+        count = len(finished)
+        self.permits.release(count)
+        self._unflushed += count
         try:
             outcomes = await self._completer.submit_group([closure for _, closure in finished])
         except asyncio.CancelledError:
@@ -503,10 +523,13 @@ class Dispatcher:
         except Exception:
             log.exception(
                 "%s attempts of queue %s: could not record their outcomes",
-                len(finished),
+                count,
                 self.policy.name,
             )
             outcomes = []
+        finally:
+            self._unflushed -= count
+            self._flushed.set()
         inflight = self.inflight
         active = observers.active
         seconds = time.perf_counter() - began
@@ -524,8 +547,7 @@ class Dispatcher:
                 self._slot_freed.set()
             if active:
                 observers.closed(job, closure, outcome, seconds)
-        self.permits.release(len(finished))
-        batch.finished(len(finished))
+        batch.finished(count)
         if not inflight:
             self._quiet.set()
 
@@ -541,11 +563,13 @@ class Dispatcher:
         if observers.active:
             observers.closed(job, outcome.closure, applied, time.perf_counter() - began)
 
-    def _forget(self, job: ClaimedJob, batch: ClaimBatch) -> None:
-        """The attempt is no longer this worker's to run: free its permit."""
+    def _forget(self, job: ClaimedJob, batch: ClaimBatch, *, release: bool = True) -> None:
+        """The attempt is no longer this worker's: drop it, and free its
+        permit unless that was done when its closure was handed over."""
         inflight = self.inflight
         inflight.pop((job.job_id, job.run_lease, job.claim_nonce), None)
-        self.permits.release()
+        if release:
+            self.permits.release()
         batch.finished(1)
         if not inflight:
             self._quiet.set()
@@ -559,10 +583,18 @@ class Dispatcher:
         began: float,
     ) -> None:
         """The rest of an attempt that had to wait, then its own close."""
+        released = False
         try:
             outcome = await rest
             if type(outcome) is Closure:
-                applied = await self._completer.submit(outcome)
+                self.permits.release()
+                released = True
+                self._unflushed += 1
+                try:
+                    applied = await self._completer.submit(outcome)
+                finally:
+                    self._unflushed -= 1
+                    self._flushed.set()
                 if CONCURRENCY_KEY in job.metadata:
                     self._slot_freed.set()
                 if observers.active:
@@ -574,4 +606,4 @@ class Dispatcher:
         except Exception:
             log.exception("job %s (%s): could not record its outcome", job.job_id, job.kind)
         finally:
-            self._forget(job, batch)
+            self._forget(job, batch, release=not released)
