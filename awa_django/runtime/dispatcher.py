@@ -76,8 +76,13 @@ from .permits import Permits, SharedPermits
 log = logging.getLogger("awa_django.worker")
 
 CLAIM_ERROR_DELAY = 1.0
-# Wait after a NOTIFY before claiming (seconds), so a burst shares one claim.
-WAKEUP_DEBOUNCE = 0.001
+# Wait after a NOTIFY before claiming (seconds) while notified claims find
+# work: none, so a job waits for nothing.  Jobs enqueued while a claim runs
+# share the next claim anyway.
+WAKEUP_DEBOUNCE = 0.0
+# The shortest wait of a dispatcher whose notified claims came back empty
+# (it grows from there); see WakeupBackoff.
+BACKOFF_FLOOR = 0.001
 # How much each empty / fruitful notified claim lengthens / shortens that wait.
 BACKOFF_FACTOR = 4.0
 # Wait after a keyed attempt closed before claiming again (seconds), so the
@@ -143,11 +148,12 @@ class WakeupBackoff:
     job had been taken by an earlier claim): its wait grows ``factor``-fold,
     up to ``cap`` (the poll interval: a dispatcher that keeps losing claims
     about as often as it polls anyway).  A claim that finds work shrinks the
-    wait by the same factor, down to ``base`` (about 1 ms, which also lets a
-    burst of notifications share one claim).  So one dispatcher ends up
-    answering NOTIFYs within ``base`` while the others stand by, and when
-    work outgrows it, their claims find jobs and bring them back.  A jitter
-    of +-50% keeps processes that wait alike from claiming in lockstep.
+    wait by the same factor, and below ``floor`` it drops to ``base``
+    (by default no wait at all: notifications that arrive while a claim
+    runs share the next one anyway).  So one dispatcher ends up answering
+    NOTIFYs at once while the others stand by, and when work outgrows it,
+    their claims find jobs and bring them back.  A jitter of +-50% keeps
+    processes that wait alike from claiming in lockstep.
     """
 
     def __init__(
@@ -158,26 +164,30 @@ class WakeupBackoff:
         rng: random.Random | None = None,
     ) -> None:
         self.base = base
-        self.cap = max(cap, base)
+        self.floor = base if base > 0 else BACKOFF_FLOOR
+        self.cap = max(cap, self.floor)
         self.factor = factor
         self.current = base
         self._rng = rng
 
     def delay(self) -> float:
         """The wait before the next notified claim (jittered, never above ``cap``)."""
+        if self.current <= 0:
+            return 0.0
         return min(self.cap, self.current * (self._rng or random).uniform(0.5, 1.5))
 
     def retune(self, cap: float) -> None:
         """A new poll interval: the wait never exceeds it."""
-        self.cap = max(cap, self.base)
+        self.cap = max(cap, self.floor)
         self.current = min(self.current, self.cap)
 
     def claimed(self, jobs: int) -> None:
         """Learn from a notified claim (or any claim that found work)."""
         if jobs:
-            self.current = max(self.base, self.current / self.factor)
+            shorter = self.current / self.factor
+            self.current = shorter if shorter >= self.floor else self.base
         else:
-            self.current = min(self.cap, self.current * self.factor)
+            self.current = min(self.cap, max(self.floor, self.current * self.factor))
 
 
 class ClaimBatch:
@@ -460,8 +470,8 @@ class Dispatcher:
         )
         if woken == 0:
             self._notified[loop] = True
-            delay = asyncio.sleep(self.backoff.delay())
-            if await self._wait(delay, self._slot_freed.wait()) == 1:
+            pause = self.backoff.delay()
+            if pause > 0 and await self._wait(asyncio.sleep(pause), self._slot_freed.wait()) == 1:
                 woken = 2
         if woken == 2:
             # A concurrency slot came free here: claim again soon, not after

@@ -7,7 +7,7 @@
 -- concurrency key are handed out only with a slot of their key.
 SELECT job_id, run_lease, kind, priority, effective_priority, attempt, max_attempts,
        args, kwargs, metadata, tags, errors, progress, claim_slot, batch_id, item, deadline_at
-  FROM awa.claim_ready_v6(%s, %s::text[], %s, %s, make_interval(secs => %s),
+  FROM awa.claim_ready_v8(%s, %s::text[], %s, %s, make_interval(secs => %s),
                           make_interval(secs => %s), %s)
 
 -- name: close_attempts

@@ -1,5 +1,5 @@
 -- Undo version 23: closes go back to awa.close_attempts_v3, which is unchanged,
--- awa.open_receipts to its item-by-item test,
+-- claims to awa.claim_ready_v6, awa.open_receipts to its item-by-item test,
 -- and columns compressed with lz4 go back to the server's default method
 -- (values already written keep theirs).
 SET LOCAL client_min_messages = warning;
@@ -32,4 +32,6 @@ BEGIN
     END LOOP;
 END
 $$;
+DROP FUNCTION IF EXISTS awa.claim_ready_v8(text, text[], integer, uuid, interval, interval, bigint);
+DROP FUNCTION IF EXISTS awa.claim_ready_v7(text, integer, uuid, interval, interval);
 UPDATE awa.substrate_info SET schema_version = LEAST(schema_version, 22);
