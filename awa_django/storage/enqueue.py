@@ -138,21 +138,49 @@ def enqueue_many(
     if stripes.stripe_count() > 1:
         queues = stripes.route_batch(queues, [job.ordering_key for job in jobs])
     if ready:
-        routed = yield Execute.named(
-            "enqueue",
-            "reserve_ready_batch",
-            [
-                [queues[i] for i in ready],
-                [jobs[i].priority for i in ready],
-                [jobs[i].ordering_key for i in ready],
-                [jobs[i].run_at for i in ready],
-            ],
-        )
-        yield Copy(_sql("copy_ready"), _ready_rows(jobs, queues, ready, routed, ids))
+        placed = False
+        if _one_lane(jobs, queues, ready):
+            first = ready[0]
+            rows = yield Execute.named(
+                "enqueue", "reserve_ready_run", [queues[first], jobs[first].priority, len(ready)]
+            )
+            if rows:
+                yield Copy(_sql("copy_ready_run"), _run_rows(jobs, queues, ready, rows[0], ids))
+                placed = True
+        if not placed:
+            routed = yield Execute.named(
+                "enqueue",
+                "reserve_ready_batch",
+                [
+                    [queues[i] for i in ready],
+                    [jobs[i].priority for i in ready],
+                    [jobs[i].ordering_key for i in ready],
+                    [jobs[i].run_at for i in ready],
+                ],
+            )
+            yield Copy(_sql("copy_ready"), _ready_rows(jobs, queues, ready, routed, ids))
     if deferred:
         reserved = yield Execute.named("enqueue", "reserve_job_ids", [len(deferred)])
         yield Copy(_sql("copy_deferred"), _deferred_rows(jobs, queues, deferred, reserved, ids))
     return ids
+
+
+def _one_lane(jobs: Sequence[PreparedJob], queues: Sequence[str], ready: list[int]) -> bool:
+    """Whether the ready jobs all go to one lane as a single run due now: one
+    queue and priority, no ordering key, no run_at of their own (the batch
+    ``enqueue_many`` is mostly given; see ``awa.reserve_ready_run``)."""
+    first = ready[0]
+    queue, priority = queues[first], jobs[first].priority
+    for i in ready:
+        job = jobs[i]
+        if (
+            queues[i] != queue
+            or job.priority != priority
+            or job.ordering_key is not None
+            or job.run_at is not None
+        ):
+            return False
+    return True
 
 
 def _due(job: PreparedJob, now: dt.datetime) -> bool:
@@ -201,6 +229,26 @@ def _ready_rows(
             f"{job_id}\t{_body(item, esc)}\t{created_at}\t"
             f"{created_at if item.run_at is None else item.run_at.isoformat()}\n"
         )
+    return "".join(lines)
+
+
+def _run_rows(
+    jobs: Sequence[PreparedJob],
+    queues: Sequence[str],
+    ready: list[int],
+    reserved: Row,
+    ids: list[int | None],
+) -> str:
+    """The COPY text for a batch reserved as one run (``copy_ready_run``):
+    the lane columns are the same on every row, positions follow input order."""
+    job_ids, shard, first_seq, slot, generation, _created_at = reserved
+    esc = _escaper()
+    first = jobs[ready[0]]
+    lane = f"{slot}\t{generation}\t{esc(queues[ready[0]])}\t{first.priority}\t{shard}\t"
+    lines = []
+    for offset, (index, job_id) in enumerate(zip(ready, job_ids, strict=True)):
+        ids[index] = job_id
+        lines.append(f"{lane}{first_seq + offset}\t{job_id}\t{_body(jobs[index], esc)}\n")
     return "".join(lines)
 
 

@@ -283,3 +283,45 @@ def test_long_queue_names_get_a_short_channel(db):
     with connection.cursor() as cursor:
         cursor.execute("SELECT awa.queue_channel(%s), awa.queue_channel('email')", [long_name])
         assert cursor.fetchone() == (queue_channel(long_name), queue_channel("email"))
+
+
+def segments(queue: str) -> list[tuple[int, int, int, bool]]:
+    """(shard, start_seq, end_seq, run_at = created_at of its rows) per segment."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """SELECT g.shard, g.start_seq, g.end_seq,
+                      g.run_at = ALL (SELECT r.created_at FROM awa.ready_entries r
+                                       WHERE r.queue = g.queue AND r.shard = g.shard
+                                         AND r.lane_seq >= g.start_seq
+                                         AND r.lane_seq < g.end_seq)
+                 FROM awa.ready_segments g WHERE g.queue = %s ORDER BY g.shard, g.start_seq""",
+            [queue],
+        )
+        return cursor.fetchall()
+
+
+def test_a_batch_for_one_lane_is_placed_as_one_run(db, queue):
+    # One queue and priority, due now: one segment, positions in input order,
+    # every row stamped with the transaction's time (the column default).
+    with transaction.atomic():
+        ids = awa_django.enqueue_many([noop.using(queue=queue).prepare(n) for n in range(300)])
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT now()")
+            (now,) = cursor.fetchone()
+    assert segments(queue) == [(0, 1, 301, True)]
+    assert [job_id for job_id, _ in lane_seqs(queue)] == ids
+    info = ops.get_job(ids[-1])
+    assert info.args == [299] and info.created_at == now and info.run_at == now
+
+    # The next batch continues the lane after the first.
+    more = awa_django.enqueue_many([noop.using(queue=queue).prepare(n) for n in range(5)])
+    assert segments(queue)[-1][:3] == (0, 301, 306)
+    assert [job_id for job_id, _ in lane_seqs(queue)] == ids + more
+
+
+def test_a_batch_for_a_sharded_queue_is_spread_over_its_shards(db, queue):
+    ops.set_enqueue_shards(queue, 4)
+    ids = awa_django.enqueue_many([noop.using(queue=queue).prepare(n) for n in range(400)])
+    shards = {shard for shard, *_ in segments(queue)}
+    assert len(shards) > 1
+    assert sorted(job_id for job_id, _ in lane_seqs(queue)) == sorted(ids)

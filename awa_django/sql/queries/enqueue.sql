@@ -26,6 +26,11 @@ SELECT r.ord, r.job_id, r.shard, r.lane_seq, r.ready_slot, r.ready_generation, n
   FROM awa.reserve_ready_batch_v2(%s::text[], %s::smallint[], %s::text[],
                                   %s::timestamptz[]) AS r
 
+-- name: reserve_ready_run
+-- One lane for the whole batch (no row: the queue has several enqueue shards).
+SELECT r.job_ids, r.shard, r.first_seq, r.ready_slot, r.ready_generation, r.created_at
+  FROM awa.reserve_ready_run(%s, %s::smallint, %s) AS r
+
 -- name: reserve_job_ids
 SELECT nextval('awa.job_id_seq'), now() FROM generate_series(1, %s)
 
@@ -33,6 +38,14 @@ SELECT nextval('awa.job_id_seq'), now() FROM generate_series(1, %s)
 COPY awa.ready_entries (ready_slot, ready_generation, queue, priority, shard, lane_seq,
                        job_id, kind, args, kwargs, metadata, tags, max_attempts,
                        ordering_key, created_at, run_at)
+FROM STDIN
+
+-- name: copy_ready_run
+-- A batch reserved by reserve_ready_run: created_at and run_at take their
+-- default, the transaction's now() (the reservation's created_at).
+COPY awa.ready_entries (ready_slot, ready_generation, queue, priority, shard, lane_seq,
+                       job_id, kind, args, kwargs, metadata, tags, max_attempts,
+                       ordering_key)
 FROM STDIN
 
 -- name: copy_deferred

@@ -1,7 +1,8 @@
--- Undo version 23: closes go back to awa.close_attempts_v3, which is unchanged,
--- claims to awa.claim_ready_v6, awa.open_receipts to its item-by-item test,
--- and columns compressed with lz4 go back to the server's default method
--- (values already written keep theirs).
+-- Undo version 23: closes go back to awa.close_attempts_v3 and claims to
+-- awa.claim_ready_v6 (both unchanged), awa.open_receipts to its item-by-item
+-- test, COPY batches to awa.reserve_ready_batch_v2 (ready_entries'
+-- timestamps lose their defaults), and columns compressed with lz4 go back
+-- to the server's default method (values already written keep theirs).
 SET LOCAL client_min_messages = warning;
 SELECT pg_advisory_xact_lock(hashtext('awa_django.substrate'));
 DROP FUNCTION IF EXISTS awa.close_attempts_v4(smallint[], bigint[], integer[], bigint[], bigint[],
@@ -34,4 +35,7 @@ END
 $$;
 DROP FUNCTION IF EXISTS awa.claim_ready_v8(text, text[], integer, uuid, interval, interval, bigint);
 DROP FUNCTION IF EXISTS awa.claim_ready_v7(text, integer, uuid, interval, interval);
+DROP FUNCTION IF EXISTS awa.reserve_ready_run(text, smallint, integer);
+ALTER TABLE awa.ready_entries ALTER COLUMN created_at DROP DEFAULT;
+ALTER TABLE awa.ready_entries ALTER COLUMN run_at DROP DEFAULT;
 UPDATE awa.substrate_info SET schema_version = LEAST(schema_version, 22);
