@@ -8,8 +8,9 @@ when its handler has finished and its closure is handed to the completer,
 so the next claim can run while those closures are being written: the
 database then claims and closes at once while the worker runs jobs, instead
 of each waiting for the other.  Closures not yet durable are bounded: a
-queue with ``max_workers`` closures waiting to be written claims nothing
-until a flush lands.  When a claim comes back short the queue is drained
+queue with more than ``max_workers`` closures waiting to be written claims
+nothing until a flush lands (so at most twice ``max_workers`` attempts are
+between their claim and their durable close).  When a claim comes back short the queue is drained
 for now: the dispatcher sleeps until a NOTIFY on the queue's channel or
 ``poll_interval``, whichever comes first.
 
@@ -433,14 +434,16 @@ class Dispatcher:
 
     async def _claim_loop(self, loop: int) -> None:
         while not self._stopping.is_set():
-            while self._unflushed >= self.permits.total:
-                # As many closures wait to be written as jobs may run: no
+            if await self._wait(self.permits.acquire()) < 0:
+                return
+            if self._unflushed > self.permits.total:
+                # More closures wait to be written than jobs may run: no
                 # more claims until a flush lands.
+                self.permits.release()
                 self._flushed.clear()
                 if await self._wait(self._flushed.wait()) < 0:
                     return
-            if await self._wait(self.permits.acquire()) < 0:
-                return
+                continue
             self._wakeup.clear()
             self._slot_freed.clear()
             try:

@@ -154,3 +154,33 @@ def test_production_schema_has_no_function_that_discards_jobs(db):
     with connection.cursor() as cursor:
         cursor.execute("SELECT to_regprocedure('awa.reset_data()') IS NULL")
         assert cursor.fetchone()[0]
+
+
+def _server_has_lz4() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SAVEPOINT lz4_probe")
+        try:
+            cursor.execute("SET LOCAL default_toast_compression = lz4")
+        except Exception:
+            cursor.execute("ROLLBACK TO SAVEPOINT lz4_probe")
+            return False
+        cursor.execute("RELEASE SAVEPOINT lz4_probe")
+        return True
+
+
+def test_hot_arrays_and_payloads_use_lz4_where_the_server_has_it(db):
+    # Every partition of each ring table, existing and created later, and
+    # the parent itself (new partitions inherit from it).
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """SELECT DISTINCT a.attcompression
+                 FROM pg_attribute a
+                 JOIN pg_class c ON c.oid = a.attrelid
+                 JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'awa'
+                WHERE (c.relname ~ '^lease_claim_batches(_[0-9]+)?$' AND a.attname = 'job_ids')
+                   OR (c.relname ~ '^receipt_completion_batches(_[0-9]+)?$'
+                       AND a.attname = 'lane_seqs')
+                   OR (c.relname ~ '^ready_entries(_[0-9]+)?$' AND a.attname = 'args')"""
+        )
+        methods = {row[0] for row in cursor.fetchall()}
+    assert methods == ({"l"} if _server_has_lz4() else {""})

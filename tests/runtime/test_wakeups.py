@@ -60,6 +60,22 @@ def test_backoff_grows_with_empty_claims_and_shrinks_with_work():
     assert backoff.current == 0.001
 
 
+def test_without_a_debounce_a_winner_claims_at_once_and_losers_back_off():
+    backoff = WakeupBackoff(0.0, 0.2, rng=random.Random(7))
+    assert backoff.delay() == 0.0  # a lone NOTIFY is answered at once
+    backoff.claimed(0)  # lost the race: from the floor up
+    assert backoff.current == dispatcher_module.BACKOFF_FLOOR
+    assert 0.0005 <= backoff.delay() <= 0.0015
+    for _ in range(10):
+        backoff.claimed(0)
+    assert backoff.current == 0.2
+    for _ in range(3):
+        backoff.claimed(1)
+    assert backoff.current == pytest.approx(0.2 / 4**3)
+    backoff.claimed(1)  # below the floor: no wait again
+    assert backoff.current == 0.0 and backoff.delay() == 0.0
+
+
 class Completions:
     """Counts applied completions of some workers; wakes waiters on a target."""
 
