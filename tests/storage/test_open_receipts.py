@@ -49,8 +49,11 @@ def test_a_batch_closed_in_parts_is_open_exactly_where_it_is_not_closed(queue):
         assert won == {(job.job_id, job.run_lease) for job in first}
         won = run(
             close_attempts(
-                [closure_for(jobs[0], "retryable"), closure_for(jobs[11], "failed")]
-                + [closure_for(jobs[7], "completed")]  # already closed: stale
+                [
+                    closure_for(jobs[0], "retryable"),
+                    closure_for(jobs[11], "failed"),
+                    closure_for(jobs[7], "completed"),  # already closed: stale
+                ]
             )
         )
         assert won == {(jobs[0].job_id, jobs[0].run_lease), (jobs[11].job_id, jobs[11].run_lease)}
