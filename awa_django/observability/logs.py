@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from ..conf import awa_settings
@@ -85,6 +86,16 @@ class LogObserver(Observer):
             message += ": %s"
             args = (*args, error)
         self.log.log(level, message, *args, extra={"awa": fields})
+
+    def closed_many(
+        self, closes: Sequence[tuple[ClaimedJob, Closure, bool]], seconds: float
+    ) -> None:
+        # Completions are DEBUG lines: with DEBUG off, a group of them costs
+        # one level test, not one per job.
+        routine = self.log.isEnabledFor(logging.DEBUG)
+        for job, closure, applied in closes:
+            if routine or closure.target in _FAILURES:
+                self.closed(job, closure, applied, seconds)
 
     def parked(self, job: ClaimedJob) -> None:
         if self.log.isEnabledFor(logging.DEBUG):

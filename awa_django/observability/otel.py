@@ -385,6 +385,12 @@ class _Deferred:
         if self._thread is None:
             self._start()
 
+    def put_many(self, works: list[tuple[Any, ...]]) -> None:
+        """Queue several items at once (see :meth:`put`)."""
+        self._items.extend(works)
+        if self._thread is None:
+            self._start()
+
     def _start(self) -> None:
         with self._start_lock:
             if self._thread is None:
@@ -662,6 +668,29 @@ class OtelObserver(Observer):
         span = self._open.pop((job.job_id, job.run_lease), None)
         end_ns = time.time_ns() if span is not None else 0
         self._deferred.put((self._record_close_work, job, closure, applied, seconds, span, end_ns))
+
+    def closed_many(
+        self, closes: Sequence[tuple[ClaimedJob, Closure, bool]], seconds: float
+    ) -> None:
+        # One lock, one clock read and one hand-off for the whole group.
+        with self._running_lock:
+            self._running = max(self._running - len(closes), 0)
+        end_ns = time.time_ns()
+        pop, work = self._open.pop, self._record_close_work
+        self._deferred.put_many(
+            [
+                (
+                    work,
+                    job,
+                    closure,
+                    applied,
+                    seconds,
+                    pop((job.job_id, job.run_lease), None),
+                    end_ns,
+                )
+                for job, closure, applied in closes
+            ]
+        )
 
     def _record_closes(self, items: list[tuple[Any, ...]]) -> None:
         """Record the closes :meth:`closed` queued: ``(work, job, closure,

@@ -134,6 +134,15 @@ class SignalObserver(Observer):
             kwargs["error"] = last_error(closure)
         self.delivery.put(signal, _definition(job.kind), kwargs)
 
+    def closed_many(
+        self, closes: Sequence[tuple[ClaimedJob, Closure, bool]], seconds: float
+    ) -> None:
+        # Nobody listens (the usual case): one test for the whole group.
+        if not any(signal.receivers for signal in _BY_TARGET.values()):
+            return
+        for job, closure, applied in closes:
+            self.closed(job, closure, applied, seconds)
+
     def flush(self, timeout: float) -> None:
         self.delivery.flush(timeout)
 

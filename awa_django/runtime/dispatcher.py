@@ -544,8 +544,7 @@ class Dispatcher:
             self._unflushed -= count
             self._flushed.set()
         inflight = self.inflight
-        active = observers.active
-        seconds = time.perf_counter() - began
+        closes: list[tuple[ClaimedJob, Closure, bool]] = []
         for index, (job, closure) in enumerate(finished):
             inflight.pop((job.job_id, job.run_lease, job.claim_nonce), None)
             if index >= len(outcomes):
@@ -558,8 +557,9 @@ class Dispatcher:
                 continue
             if CONCURRENCY_KEY in job.metadata:
                 self._slot_freed.set()
-            if active:
-                observers.closed(job, closure, outcome, seconds)
+            closes.append((job, closure, outcome))
+        if closes and observers.active:
+            observers.closed_many(closes, time.perf_counter() - began)
         batch.finished(count)
         if not inflight:
             self._quiet.set()

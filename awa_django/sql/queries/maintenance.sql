@@ -38,7 +38,7 @@ SELECT awa.ensure_ring_partitions(%s, %s)
 SELECT awa.rotate_ring(%s)
 
 -- name: prune_ring
-SELECT awa.prune_ring_v3(%s, %s, make_interval(secs => %s))
+SELECT awa.prune_ring_v5(%s, %s, make_interval(secs => %s))
 
 -- name: prune_horizon
 -- Whether prune can read every session's transaction horizon (a superuser

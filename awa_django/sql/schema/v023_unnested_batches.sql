@@ -48,6 +48,19 @@
 -- ranked every job with window functions and returned a row per job, about
 -- 5 us per job on the server.  ready_entries.created_at and run_at default
 -- to now(), so that batch's COPY need not carry them on every row.
+--
+-- awa.prune_ring_v4 is version 2 with the slot's children locked and
+-- truncated in two steps: first every child but the root (for the queue
+-- ring: ready_entries, ready_tombstones, done_entries and the completion
+-- rows), then the root (ready_segments).  Every claim reads every
+-- ready_segments partition to find the lanes with work, so a claim waited
+-- for the whole prune -- about 8 ms a second at the default rotation, the
+-- slowest percent of pickups.  Now it waits for the root's TRUNCATE and the
+-- commit only.  The proof is unchanged: every writer of a slot appends to
+-- its root with the rest, so with the other children locked (in-flight
+-- writers waited out, new ones kept out) the root cannot change, and its
+-- stamp is checked again under its own lock.  awa.prune_ring_v5 is version
+-- 3 (the horizon check) over version 4.
 
 SET LOCAL client_min_messages = warning;
 SELECT pg_advisory_xact_lock(hashtext('awa_django.substrate'));
@@ -813,5 +826,136 @@ BEGIN
     RETURN QUERY
     SELECT ARRAY(SELECT nextval('awa.job_id_seq') FROM generate_series(1, p_count)),
            0::smallint, v_first, v_slot, v_gen, now()::text;
+END
+$$;
+
+-- Version 2, the root child locked last (see the header).
+CREATE OR REPLACE FUNCTION awa.prune_ring_v4(
+    p_ring text, p_lock_timeout_ms integer, p_failed_retention interval)
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_cursor    record;
+    v_slots     integer;
+    v_target    integer;
+    v_sealed_at timestamptz;
+    v_stamp     bigint;
+    v_children  text;
+    v_root      text;
+    v_timeout   text;
+    v_locked_at timestamptz;
+    v_held_ms   double precision;
+    v_outcome   text;
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'awa.prune_ring_v4 needs READ COMMITTED, not %',
+                        current_setting('transaction_isolation')
+              USING ERRCODE = 'invalid_transaction_state';
+    END IF;
+    IF NOT pg_try_advisory_xact_lock(awa.ring_lock_key(p_ring)) THEN
+        RETURN 'skipped_busy';
+    END IF;
+    SELECT * INTO v_cursor FROM awa.ring_cursor(p_ring);
+    SELECT slot_count INTO v_slots FROM awa.ring_config WHERE ring = p_ring;
+    v_target := (v_cursor.slot + 1) % v_slots;
+    -- The target was sealed when the ring first rotated away from it: the
+    -- rotation that followed its last generation.
+    EXECUTE format('SELECT min(r.rotated_at) FROM awa.%I r
+                     WHERE r.generation > (SELECT max(x.generation) FROM awa.%I x
+                                            WHERE x.slot = $1 AND x.generation < $2)',
+                   p_ring || '_ring_rotations', p_ring || '_ring_rotations')
+       INTO v_sealed_at USING v_target, v_cursor.generation;
+    v_sealed_at := COALESCE(v_sealed_at, v_cursor.rotated_at);
+
+    IF awa.ring_slot_empty(p_ring, v_target) THEN
+        v_outcome := 'already_pruned';
+    ELSE
+        -- The stamp comes before the gates: what committed before it, the
+        -- gates see; what commits after it moves it.
+        v_stamp := awa.ring_slot_stamp(p_ring, v_target);
+        IF awa.ring_slot_busy(p_ring, v_target, v_sealed_at) IS NOT NULL THEN
+            v_outcome := 'skipped_busy';
+        ELSE
+            -- Every child but the root (the table awa.ring_slot_stamp
+            -- counts): the root goes last.
+            v_root := CASE p_ring WHEN 'queue' THEN 'ready_segments'
+                                  WHEN 'claim' THEN 'lease_claim_batches'
+                                  ELSE 'leases' END;
+            SELECT string_agg(format('awa.%I', t.name || '_' || v_target), ', ' ORDER BY t.n)
+              INTO v_children
+              FROM unnest(awa.ring_tables(p_ring)) WITH ORDINALITY AS t(name, n)
+             WHERE t.name <> v_root;
+            v_root := format('awa.%I', v_root || '_' || v_target);
+            v_timeout := current_setting('lock_timeout');
+            -- A subtransaction: the carry-forward and fold writes, and the
+            -- locks, go if the lock times out or the check under it fails.
+            BEGIN
+                -- Before the lock, so they do not count towards its hold.
+                IF p_ring = 'queue' THEN
+                    PERFORM awa.carry_forward_and_fold(v_target, v_cursor.slot,
+                                                       v_cursor.generation, p_failed_retention);
+                END IF;
+                PERFORM set_config('lock_timeout', p_lock_timeout_ms || 'ms', true);
+                IF v_children IS NOT NULL THEN
+                    EXECUTE 'LOCK TABLE ' || v_children || ' IN ACCESS EXCLUSIVE MODE';
+                END IF;
+                IF awa.ring_slot_pinned(v_sealed_at)
+                   OR awa.ring_slot_stamp(p_ring, v_target) <> v_stamp THEN
+                    RAISE EXCEPTION 'ring % slot %: a late writer or an older snapshot',
+                                    p_ring, v_target
+                          USING ERRCODE = 'AW001';
+                END IF;
+                IF v_children IS NOT NULL THEN
+                    EXECUTE 'TRUNCATE ' || v_children;
+                END IF;
+                -- The root last: the child every claim reads, locked for its
+                -- own TRUNCATE and the commit only.  No writer can have
+                -- changed it (every writer of the slot appends to it with
+                -- the rest): checked again all the same.
+                EXECUTE 'LOCK TABLE ' || v_root || ' IN ACCESS EXCLUSIVE MODE';
+                v_locked_at := clock_timestamp();
+                PERFORM set_config('lock_timeout', v_timeout, true);
+                IF awa.ring_slot_stamp(p_ring, v_target) <> v_stamp THEN
+                    RAISE EXCEPTION 'ring % slot %: a late writer', p_ring, v_target
+                          USING ERRCODE = 'AW001';
+                END IF;
+                EXECUTE 'TRUNCATE ' || v_root;
+                -- The hold goes on until commit (the rest of this function,
+                -- the commit's WAL flush and the unlink of the old files),
+                -- which no statement inside the transaction can measure.
+                v_held_ms := extract(epoch FROM clock_timestamp() - v_locked_at) * 1000;
+                v_outcome := 'pruned';
+            EXCEPTION
+                WHEN lock_not_available THEN
+                    v_outcome := 'blocked';
+                WHEN SQLSTATE 'AW001' THEN
+                    -- The abort released the root's lock: held until now (NULL:
+                    -- the check under the other children's locks failed).
+                    v_held_ms := extract(epoch FROM clock_timestamp() - v_locked_at) * 1000;
+                    v_outcome := 'skipped_busy';
+            END;
+        END IF;
+    END IF;
+    PERFORM awa.record_ring_outcome_v2(p_ring, 'prune', v_outcome, v_target, NULL, v_held_ms);
+    RETURN v_outcome;
+END
+$$;
+
+-- Version 3 over version 4.
+CREATE OR REPLACE FUNCTION awa.prune_ring_v5(
+    p_ring text, p_lock_timeout_ms integer, p_failed_retention interval)
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_target integer;
+BEGIN
+    IF awa.horizon_readable(current_user) THEN
+        RETURN awa.prune_ring_v4(p_ring, p_lock_timeout_ms, p_failed_retention);
+    END IF;
+    SELECT (c.slot + 1) % r.slot_count INTO v_target
+      FROM awa.ring_cursor(p_ring) c JOIN awa.ring_config r ON r.ring = p_ring;
+    PERFORM awa.record_ring_outcome_v2(p_ring, 'prune', 'horizon_unreadable', v_target,
+                                       NULL, NULL);
+    RETURN 'horizon_unreadable';
 END
 $$;
