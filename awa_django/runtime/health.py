@@ -76,7 +76,7 @@ from ..observability import prometheus
 from ..observability.hooks import observers
 from ..storage import AsyncRunner, substrate
 from .config import parse_address
-from .service import cancel_and_wait
+from .service import cancel_and_wait, raise_if_cancelled
 
 if TYPE_CHECKING:
     from .worker import Worker
@@ -528,6 +528,7 @@ class WorkerHealth:
             self._state_changed.clear()
             self._reported_state = worker_state(self.worker)
             self._latest = await self.readiness()
+            raise_if_cancelled()
             self._publish()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._state_changed.wait(), REPORT_INTERVAL)

@@ -24,7 +24,7 @@ import psycopg
 from psycopg import sql
 
 from ..storage.notify import queue_channel
-from .service import cancel_and_wait, close_quietly
+from .service import cancel_and_wait, close_quietly, raise_if_cancelled
 
 log = logging.getLogger("awa_django.worker")
 
@@ -84,10 +84,12 @@ class Notifier:
             try:
                 await self.run_once()
             except psycopg.Error as exc:
+                raise_if_cancelled()
                 self.listening.clear()
                 await self._close()
                 log.warning("LISTEN connection lost (%s); reconnecting", exc)
                 await asyncio.sleep(RECONNECT_DELAY)
+            raise_if_cancelled()
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="awa-notifier")

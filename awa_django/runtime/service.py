@@ -62,6 +62,19 @@ async def close_quietly(conn: psycopg.AsyncConnection[Any] | None) -> None:
             await conn.close()
 
 
+def raise_if_cancelled() -> None:
+    """Raise CancelledError if this task was asked to stop.
+
+    A driver may absorb a cancellation that reaches it mid-statement (it
+    cancels the query and returns); the task is then still marked as
+    cancelling, but its next ``await`` would not raise again: the loop
+    would sleep a whole interval while :func:`cancel_and_wait` times out.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 class PeriodicService(Generic[R]):
     """Base class: subclasses implement :meth:`run_once`."""
 
@@ -124,6 +137,7 @@ class PeriodicService(Generic[R]):
         while True:
             failures = self.failures
             await self.tick()
+            raise_if_cancelled()
             wait = self.config.interval
             if self.failures > failures and self.retry_interval is not None:
                 wait = min(wait, self.retry_interval)

@@ -27,6 +27,26 @@ class Stubborn(PeriodicService[int]):
         return 1
 
 
+class Absorbing(PeriodicService[int]):
+    """Its run_once absorbs a cancellation and returns, as a driver that
+    cancels the statement under way and hands back its result might."""
+
+    name = "absorbing"
+    run_at_start = True
+
+    def __init__(self) -> None:
+        super().__init__(PeriodicConfig(3600))  # a whole hour to the next tick
+        self.entered = asyncio.Event()
+
+    async def run_once(self) -> int:
+        self.entered.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            return 0  # swallowed: the task is still marked as cancelling
+        return 1
+
+
 class Failing(PeriodicService[int]):
     name = "failing"
     run_at_start = True
@@ -41,6 +61,19 @@ class Failing(PeriodicService[int]):
 def test_stop_wins_over_a_cancellation_turned_into_an_error():
     async def scenario() -> bool:
         service = Stubborn()
+        await service.start()
+        await service.entered.wait()
+        await asyncio.wait_for(service.stop(), timeout=5)
+        return service.running
+
+    assert asyncio.run(scenario()) is False
+
+
+def test_stop_wins_over_a_cancellation_absorbed_by_the_driver():
+    # Without the check after each tick the loop would sleep its hour and
+    # stop() would wait for its whole timeout.
+    async def scenario() -> bool:
+        service = Absorbing()
         await service.start()
         await service.entered.wait()
         await asyncio.wait_for(service.stop(), timeout=5)
