@@ -55,11 +55,12 @@ import time
 import uuid
 from collections.abc import Awaitable, Sequence
 from datetime import UTC, datetime
-from typing import cast
+from typing import Any, cast
 
 from ..concurrency import CONCURRENCY_KEY
 from ..conf import RateLimit
 from ..context import JobContext
+from ..jobs import Job
 from ..observability.hooks import observers
 from ..records import ClaimedJob, Closure
 from ..storage import AsyncRunner
@@ -70,7 +71,7 @@ from . import eager
 from .atomic import Settled
 from .completer import Completer
 from .config import QueuePolicy
-from .executor import Executor, context_for
+from .executor import Executor, context_for, definition_for
 from .leases import LeaseHub
 from .permits import Permits, SharedPermits
 
@@ -222,6 +223,45 @@ class ClaimBatch:
             self.contexts = []
 
 
+class _ThreadAttempt:
+    """A plain function's attempt on a handler thread: where the thread's
+    result goes (a :class:`~.threads.ResultSink`), and ``done``, the future
+    shutdown waits on, resolved once the attempt is closed or parked."""
+
+    __slots__ = ("batch", "began", "ctx", "definition", "dispatcher", "done", "job")
+
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        job: ClaimedJob,
+        ctx: JobContext,
+        batch: ClaimBatch,
+        definition: Job[..., Any],
+        began: float,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.dispatcher = dispatcher
+        self.job = job
+        self.ctx = ctx
+        self.batch = batch
+        self.definition = definition
+        self.began = began
+        self.done: asyncio.Future[None] = loop.create_future()
+
+    def cancelled(self) -> bool:
+        return False
+
+    def set_result(self, value: Any, /) -> None:
+        self.dispatcher._thread_finished(self, value, None)
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        self.dispatcher._thread_finished(self, None, exception)
+
+    def settle(self) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -263,12 +303,15 @@ class Dispatcher:
         # A fleet-wide limit (rate_limit_scope "fleet"): tokens come from the
         # database; when it had none, how long until the next one is due.
         self._fleet_wait = 0.0
+        # Closures of thread results that came back in one bunch, to close
+        # together once the bunch has been taken (see _flush_threads).
+        self._from_threads: list[tuple[_ThreadAttempt, Closure]] = []
         # Closures handed to the completer and not yet durable (their jobs'
         # permits are free again); set after each flush.
         self._unflushed = 0
         self._flushed = asyncio.Event()
         self.inflight: dict[
-            tuple[int, int, int], tuple[ClaimedJob, JobContext, asyncio.Task[None]]
+            tuple[int, int, int], tuple[ClaimedJob, JobContext, asyncio.Future[None]]
         ] = {}
         # Per claim loop: whether its last claim came back short.
         self._short = [False] * self.claimers
@@ -493,17 +536,31 @@ class Dispatcher:
         sync handler on its thread, a callback registration) carries on in
         a task of its own (:meth:`_finish`), closed on its own.
         """
-        run = self._executor.run
+        executor = self._executor
+        run, on_a_thread = executor.run, executor.on_a_thread
         policy = self.policy
         dlq, long_running = policy.dlq, policy.queue.long_running
-        create_task = asyncio.get_running_loop().create_task
+        loop = asyncio.get_running_loop()
+        create_task = loop.create_task
         inflight = self.inflight
         finished: list[tuple[ClaimedJob, Closure]] = []
         began = time.perf_counter()
         for job, ctx in zip(jobs, batch.contexts, strict=True):
+            definition = definition_for(job, dlq=dlq)
+            if type(definition) is Closure:  # no handler can run it
+                finished.append((job, definition))
+                continue
+            definition = cast("Job[..., Any]", definition)
+            if not long_running and on_a_thread(definition):
+                # A plain function: its thread hands the result back to
+                # _thread_finished, which closes it with its batch-mates.
+                attempt = _ThreadAttempt(self, job, ctx, batch, definition, began, loop)
+                inflight[(job.job_id, job.run_lease, job.claim_nonce)] = (job, ctx, attempt.done)
+                executor.start_on_thread(definition, job, ctx, attempt)
+                continue
             try:
                 done, value, context = eager.start(
-                    run(job, ctx, dlq=dlq, long_running=long_running)
+                    run(job, ctx, dlq=dlq, long_running=long_running, definition=definition)
                 )
             except Exception:
                 log.exception("job %s (%s): could not run its attempt", job.job_id, job.kind)
@@ -521,8 +578,65 @@ class Dispatcher:
         if finished:
             await self._close_group(finished, batch, began)
 
+    def _thread_finished(
+        self, attempt: _ThreadAttempt, value: Any, error: BaseException | None
+    ) -> None:
+        """On the loop: a handler thread's result.  Its closure joins the
+        others that came back in the same bunch, closed together (see
+        :meth:`_flush_threads`); one that has to wait (a callback to park
+        on) carries on in a task."""
+        job, ctx, batch = attempt.job, attempt.ctx, attempt.batch
+        try:
+            done, value, context = eager.start(
+                self._executor.finish_thread(
+                    attempt.definition, job, ctx, value, error, dlq=self.policy.dlq
+                )
+            )
+        except BaseException:
+            log.exception("job %s (%s): could not record its outcome", job.job_id, job.kind)
+            self._forget(job, batch)
+            attempt.settle()
+            return
+        if not done:
+            rest = cast("eager.Rest[Closure | Settled | None]", value)
+            task = asyncio.get_running_loop().create_task(
+                self._finish(job, ctx, batch, rest, attempt.began), context=context
+            )
+            self.inflight[(job.job_id, job.run_lease, job.claim_nonce)] = (job, ctx, task)
+            attempt.settle()
+        elif type(value) is Closure:
+            if not self._from_threads:
+                asyncio.get_running_loop().call_soon(self._flush_threads)
+            self._from_threads.append((attempt, value))
+        else:
+            self._record(job, cast("Settled | None", value), attempt.began)
+            self._forget(job, batch)
+            attempt.settle()
+
+    def _flush_threads(self) -> None:
+        """Close, per claim, the thread results that came back together."""
+        arrived, self._from_threads = self._from_threads, []
+        groups: dict[int, list[tuple[_ThreadAttempt, Closure]]] = {}
+        for attempt, closure in arrived:
+            groups.setdefault(id(attempt.batch), []).append((attempt, closure))
+        create_task = asyncio.get_running_loop().create_task
+        for group in groups.values():
+            first = group[0][0]
+            create_task(
+                self._close_group(
+                    [(a.job, closure) for a, closure in group],
+                    first.batch,
+                    first.began,
+                    [a for a, _ in group],
+                )
+            )
+
     async def _close_group(
-        self, finished: list[tuple[ClaimedJob, Closure]], batch: ClaimBatch, began: float
+        self,
+        finished: list[tuple[ClaimedJob, Closure]],
+        batch: ClaimBatch,
+        began: float,
+        attempts: list[_ThreadAttempt] | None = None,
     ) -> None:
         """Write the closures of attempts that finished together; their permits
         are free from the moment the closures are handed over."""
@@ -560,6 +674,8 @@ class Dispatcher:
             closes.append((job, closure, outcome))
         if closes and observers.active:
             observers.closed_many(closes, time.perf_counter() - began)
+        for attempt in attempts or ():
+            attempt.settle()
         batch.finished(count)
         if not inflight:
             self._quiet.set()

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from django.db import close_old_connections
 
@@ -33,7 +33,7 @@ from ..records import COMPLETED, ClaimedJob, Closure
 from .atomic import Settled, close_in_transaction
 from .closures import cancelled, completed, error_entry, failed, not_parked, raised
 from .leases import AttemptLease, LeaseHub
-from .threads import HandlerThreads
+from .threads import HandlerThreads, ResultSink
 
 log = logging.getLogger("awa_django.worker")
 
@@ -63,18 +63,27 @@ class Executor:
         self._threads.size = max(threads, 1)
 
     async def run(
-        self, job: ClaimedJob, ctx: JobContext, *, dlq: bool, long_running: bool = False
+        self,
+        job: ClaimedJob,
+        ctx: JobContext,
+        *,
+        dlq: bool,
+        long_running: bool = False,
+        definition: Job[..., Any] | None = None,
     ) -> Closure | Settled | None:
         """Run the attempt; returns its closure, or None when it parked
         waiting for a callback (nothing to write: the lease holds it), or
         the :class:`Settled` completion an atomic handler already wrote.
 
         ``long_running`` (the queue's option) escalates the attempt to a
-        lease before the handler starts.
+        lease before the handler starts.  ``definition``: the job's, when
+        the caller looked it up already (:func:`definition_for`).
         """
-        definition = definition_for(job, dlq=dlq)
-        if isinstance(definition, Closure):
-            return definition
+        if definition is None:
+            found = definition_for(job, dlq=dlq)
+            if isinstance(found, Closure):
+                return found
+            definition = found
         dlq = definition.dlq_for(job.metadata, dlq)
 
         lease = ctx._control
@@ -84,9 +93,62 @@ class Executor:
             except Cancel as exc:
                 return cancelled(job, exc.reason)
         closure = await self._execute(definition, job, ctx, dlq=dlq)
+        return await self._after(job, ctx, closure)
+
+    @staticmethod
+    def on_a_thread(definition: Job[..., Any]) -> bool:
+        """Whether the handler runs on a handler thread with no more to it
+        (a plain function, not ``atomic``): see :meth:`start_on_thread`."""
+        return not definition.is_async and not definition.atomic
+
+    def start_on_thread(
+        self, definition: Job[..., Any], job: ClaimedJob, ctx: JobContext, result: ResultSink
+    ) -> None:
+        """Start a plain function's handler on a handler thread; its value or
+        exception goes to ``result`` on the event loop, for
+        :meth:`finish_thread`.  (What :meth:`run` does for such a handler,
+        without a task or a future of its own: a claim of hundreds of short
+        sync jobs hands each to a thread and takes their results back in
+        bunches.)"""
+        log.debug("job %s (%s) attempt %s starting", job.job_id, job.kind, job.attempt)
+        self._threads.submit_to(result, _on_handler_thread, call_handler, definition, ctx, job)
+
+    async def finish_thread(
+        self,
+        definition: Job[..., Any],
+        job: ClaimedJob,
+        ctx: JobContext,
+        value: Any,
+        error: BaseException | None,
+        *,
+        dlq: bool,
+    ) -> Closure | None:
+        """The closure of an attempt :meth:`start_on_thread` ran, given what
+        the handler returned or raised (None when it parked).  It waits only
+        for a callback to park on or a registration to settle."""
+        dlq = definition.dlq_for(job.metadata, dlq)
+        closure: Closure | None
+        if error is None:
+            log.debug("job %s (%s) attempt %s completed", job.job_id, job.kind, job.attempt)
+            closure = completed(job, value)
+        elif isinstance(error, WaitForCallback):
+            closure = await self._park(job, ctx, dlq=dlq)
+        elif isinstance(error, Exception):
+            closure = raised(job, error, dlq=dlq)
+        else:
+            raise error
+        return cast("Closure | None", await self._after(job, ctx, closure))
+
+    @staticmethod
+    async def _after(
+        job: ClaimedJob, ctx: JobContext, closure: Closure | Settled | None
+    ) -> Closure | Settled | None:
+        """The handler's closure with the attempt's progress, routed through
+        its lease when it escalated to one."""
         if closure is None or isinstance(closure, Settled):
             return closure
         closure = with_progress(closure, ctx)
+        lease = ctx._control
         if isinstance(lease, AttemptLease):
             if lease.pending:
                 # A registration an async handler started without awaiting it

@@ -31,12 +31,22 @@ import collections
 import math
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from django.db import connections
 
 #: Growth that counts as "more threads helped" (finished per check).
 _GAIN = 1.2
+
+
+class ResultSink(Protocol):
+    """Where a handler thread's outcome goes (what a future offers)."""
+
+    def cancelled(self) -> bool: ...
+
+    def set_result(self, result: Any, /) -> None: ...
+
+    def set_exception(self, exception: BaseException, /) -> None: ...
 
 
 class HandlerThreads:
@@ -46,7 +56,7 @@ class HandlerThreads:
     def __init__(self, size: int, name: str = "awa-job") -> None:
         self.size = max(size, 1)
         self.name = name
-        self._work: collections.deque[tuple[asyncio.Future[Any], Callable[..., Any], Any]] = (
+        self._work: collections.deque[tuple[ResultSink, Callable[..., Any], Any]] = (
             collections.deque()
         )
         self._lock = threading.Lock()
@@ -65,16 +75,24 @@ class HandlerThreads:
         # Awake threads beyond which adding more did not help (this burst).
         self._ceiling: int | None = None
         self._check: asyncio.TimerHandle | None = None
-        self._done: list[tuple[asyncio.Future[Any], bool, Any]] = []
+        self._done: list[tuple[ResultSink, bool, Any]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def submit(self, func: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
         """Run ``func(*args)`` on a handler thread; await the returned future."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.submit_to(future, func, *args)
+        return future
+
+    def submit_to(self, result: ResultSink, func: Callable[..., Any], *args: Any) -> None:
+        """Run ``func(*args)`` on a handler thread and hand its value (or its
+        exception) to ``result`` on the event loop: a future, or any object
+        with the same three methods (the dispatcher's, which takes the
+        result straight into a completion group, no task and no await)."""
         loop = asyncio.get_running_loop()
         self._loop = loop
-        future = loop.create_future()
         with self._lock:
-            self._work.append((future, func, args))
+            self._work.append((result, func, args))
             if self._awake == 0 or (self._awake == self._running and self._parked):
                 # Nobody is free to take it: a parked thread does (starting a
                 # thread lets the GIL go, and the threads that then take the
@@ -83,7 +101,6 @@ class HandlerThreads:
                 self._wake(1)
         if self._check is None:
             self._check = loop.call_later(self.CHECK_INTERVAL, self._check_backlog)
-        return future
 
     def shutdown(self) -> None:
         """Let threads exit once the queued jobs are taken (each closes its
@@ -173,7 +190,7 @@ class HandlerThreads:
         finally:
             connections.close_all()
 
-    def _finish(self, future: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    def _finish(self, future: ResultSink, ok: bool, value: Any) -> None:
         with self._lock:
             self._running -= 1
             self._finished += 1

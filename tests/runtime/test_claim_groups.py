@@ -131,3 +131,30 @@ def test_a_burst_worker_stops_once_its_queue_runs_dry_not_on_its_next_tick(queue
     enqueue(in_place.using(queue=queue), 30)
     worker = run_burst(queue, timeout=30, max_workers=8, claim_batch_size=8)
     assert worker.completed == 30
+
+
+@job(kind="tests.groups.plain")
+def plain(n: int = 0) -> int:
+    return n
+
+
+def test_plain_functions_run_on_threads_without_a_task_each(queue, monkeypatch):
+    # Each result comes back from its thread into a completion group: the
+    # worker creates tasks for its services and its claims, not per job.
+    import asyncio.base_events
+
+    created = 0
+    original = asyncio.base_events.BaseEventLoop.create_task
+
+    def counting(self, coro, **kwargs):
+        nonlocal created
+        created += 1
+        return original(self, coro, **kwargs)
+
+    monkeypatch.setattr(asyncio.base_events.BaseEventLoop, "create_task", counting)
+    enqueue(plain.using(queue=queue), 300)
+    worker = run_burst(queue, max_workers=100, claim_batch_size=100)
+
+    assert worker.completed == 300
+    assert worker.completer.stale == 0
+    assert created < 100, created
