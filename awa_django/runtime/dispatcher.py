@@ -531,10 +531,12 @@ class Dispatcher:
         Each attempt is started in place (:func:`.eager.start`): one whose
         handler returns without waiting -- most short ``async def`` jobs --
         is done at once, and the closures of all such attempts go to the
-        completer as one group, whose durable answer releases their permits
-        together.  An attempt that waits (an async handler awaiting I/O, a
-        sync handler on its thread, a callback registration) carries on in
-        a task of its own (:meth:`_finish`), closed on its own.
+        completer as one group.  An attempt that waits (an async handler
+        awaiting I/O, a callback registration) carries on in a task of its
+        own (:meth:`_finish`), closed on its own.  A plain function goes to
+        a handler thread, whose result comes back to
+        :meth:`_thread_finished` and closes with those that came back with
+        it.
         """
         executor = self._executor
         run, on_a_thread = executor.run, executor.on_a_thread
@@ -562,8 +564,11 @@ class Dispatcher:
                 done, value, context = eager.start(
                     run(job, ctx, dlq=dlq, long_running=long_running, definition=definition)
                 )
-            except Exception:
-                log.exception("job %s (%s): could not run its attempt", job.job_id, job.kind)
+            except BaseException as exc:
+                # The handler's own doing (this loop has no await: the claim's
+                # task cannot be cancelled here); its batch-mates still run.
+                if not isinstance(exc, asyncio.CancelledError):
+                    log.exception("job %s (%s): could not run its attempt", job.job_id, job.kind)
                 self._forget(job, batch)
                 continue
             if not done:
