@@ -249,7 +249,9 @@ class _ThreadAttempt:
         self.done: asyncio.Future[None] = loop.create_future()
 
     def cancelled(self) -> bool:
-        return False
+        # Shutdown gave up on it and handed it back: its late result (a
+        # handler that returned once it saw ctx.is_cancelled()) is dropped.
+        return self.done.cancelled()
 
     def set_result(self, value: Any, /) -> None:
         self.dispatcher._thread_finished(self, value, None)
