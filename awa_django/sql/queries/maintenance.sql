@@ -54,7 +54,7 @@ SELECT current_user::text, awa.horizon_readable(current_user),
  LIMIT 1
 
 -- name: rescue_attempts
-SELECT awa.rescue_v2(%s, make_interval(secs => %s), %s, %s::text[], %s::text[], %s)
+SELECT awa.rescue_v3(%s, make_interval(secs => %s), %s, %s::text[], %s::text[], %s)
 
 -- name: closed_attempts
 SELECT job_id, run_lease, claim_nonce

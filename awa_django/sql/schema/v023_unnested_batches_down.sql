@@ -1,9 +1,9 @@
--- Undo version 23: closes go back to awa.close_attempts_v3 and claims to
--- awa.claim_ready_v6 (both unchanged), awa.open_receipts to its item-by-item
+-- Undo version 23: closes go back to awa.close_attempts_v3, claims to
+-- awa.claim_ready_v6, prunes to awa.prune_ring_v3 and rescues to
+-- awa.rescue_v2 (all unchanged), awa.open_receipts to its item-by-item
 -- test, COPY batches to awa.reserve_ready_batch_v2 (ready_entries'
--- timestamps lose their defaults), prunes to awa.prune_ring_v3, and
--- columns compressed with lz4 go back to the server's default method
--- (values already written keep theirs).
+-- timestamps lose their defaults), and columns compressed with lz4 go back
+-- to the server's default method (values already written keep theirs).
 SET LOCAL client_min_messages = warning;
 SELECT pg_advisory_xact_lock(hashtext('awa_django.substrate'));
 DROP FUNCTION IF EXISTS awa.close_attempts_v4(smallint[], bigint[], integer[], bigint[], bigint[],
@@ -41,4 +41,5 @@ ALTER TABLE awa.ready_entries ALTER COLUMN created_at DROP DEFAULT;
 ALTER TABLE awa.ready_entries ALTER COLUMN run_at DROP DEFAULT;
 DROP FUNCTION IF EXISTS awa.prune_ring_v5(text, integer, interval);
 DROP FUNCTION IF EXISTS awa.prune_ring_v4(text, integer, interval);
+DROP FUNCTION IF EXISTS awa.rescue_v3(text, interval, boolean, text[], text[], integer);
 UPDATE awa.substrate_info SET schema_version = LEAST(schema_version, 22);
