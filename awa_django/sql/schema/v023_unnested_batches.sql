@@ -68,6 +68,14 @@
 -- reason rescues): the item-level statement is planned and run only then.
 -- A new leader runs every rescue on its first tick; each cost about 50 ms
 -- of server time (half of it planning) with nothing to rescue.
+--
+-- awa.queue_slot_busy, the queue ring's prune gate, asked awa.open_receipts
+-- whether any open receipt points into the slot: a walk over every item of
+-- every claim batch of the claim ring, about 11 ms (and 2.5 ms planning)
+-- on each prune, once a second.  It now looks only at the batches whose
+-- ready slots include the slot, and at their items in it (the same test);
+-- usually there is none, the batches that claimed from the oldest slot
+-- having left the claim ring long before.
 
 SET LOCAL client_min_messages = warning;
 SELECT pg_advisory_xact_lock(hashtext('awa_django.substrate'));
@@ -1002,5 +1010,39 @@ BEGIN
         RETURN 0;
     END IF;
     RETURN awa.rescue_v2(p_reason, p_staleness, p_dlq_default, p_dlq_on, p_dlq_off, p_limit);
+END
+$$;
+
+-- The queue ring's prune gate (version 11's tests, the open-receipt one
+-- restricted to the batches that hold items of the slot; see the header).
+CREATE OR REPLACE FUNCTION awa.queue_slot_busy(p_slot integer)
+RETURNS text
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF EXISTS (
+        SELECT 1 FROM awa.ready_segments g
+          JOIN awa.queue_claim_heads h
+            ON h.queue = g.queue AND h.priority = g.priority AND h.shard = g.shard
+         WHERE g.ready_slot = p_slot AND g.end_seq > h.claim_seq
+    ) THEN
+        RETURN 'claimable ready rows';
+    END IF;
+    IF EXISTS (SELECT 1 FROM awa.leases l WHERE l.ready_slot = p_slot) THEN
+        RETURN 'live leases';
+    END IF;
+    IF EXISTS (
+        SELECT 1 FROM awa.lease_claim_batches b
+         CROSS JOIN LATERAL unnest(b.ready_slots) WITH ORDINALITY AS u(ready_slot, item)
+         WHERE p_slot = ANY (b.ready_slots) AND u.ready_slot = p_slot
+           AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closures x
+                            WHERE x.batch_id = b.batch_id AND x.item = u.item
+                              AND x.claim_slot = b.claim_slot)
+           AND NOT EXISTS (SELECT 1 FROM awa.lease_claim_closure_batches y
+                            WHERE y.batch_id = b.batch_id AND y.claim_slot = b.claim_slot
+                              AND u.item = ANY (y.items))
+    ) THEN
+        RETURN 'open receipts';
+    END IF;
+    RETURN NULL;
 END
 $$;
