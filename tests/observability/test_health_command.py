@@ -35,8 +35,10 @@ def health(*args: str) -> tuple[int, str]:
 
 
 def url_with_database(name: str) -> str:
-    base, _, _ = database_url().partition("?")
-    return f"{base.rsplit('/', 1)[0]}/{name}"
+    """The test server's URL naming database ``name`` (the query string is
+    kept: the embedded server is reached through ``?host=<socket dir>``)."""
+    base, mark, query = database_url().partition("?")
+    return f"{base.rsplit('/', 1)[0]}/{name}{mark}{query}"
 
 
 @pytest.mark.django_db
