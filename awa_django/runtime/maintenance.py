@@ -87,6 +87,32 @@ class HorizonNotice:
         )
 
 
+class PruneTurns:
+    """Keeps the leader's own long readers of the rings and its prunes apart.
+
+    A prune truncates a slot under ``ACCESS EXCLUSIVE`` locks taken with a
+    short ``lock_timeout``: any statement reading that slot's partitions
+    makes it give up (``blocked``) until the next tick.  Claims and closes
+    are short; the leader's own wide readers -- the rescue scans, the queue
+    samples -- are not when the rings are big, and they run on their own
+    intervals on other connections of the same pool.  Once a scan takes
+    longer than its interval (a rescue after a worker restart reads every
+    open receipt of the claim ring), one starts as the last ends, every
+    prune is blocked, the rings stop shrinking and the scans only grow: the
+    rings jam.  Taking turns on one lock breaks that cycle: a prune waits
+    for the scan in progress, then truncates with no reader of the leader
+    in its way, and the next scan reads a smaller ring.  The turns cost
+    nothing when scans take milliseconds.
+    """
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+
+    def turn(self) -> asyncio.Lock:
+        """Hold this (``async with``) around a prune or a wide read."""
+        return self._lock
+
+
 class RingTask(PeriodicService[dict[str, str]]):
     """One tick of a ring: attempt one rotate, then one prune."""
 
@@ -99,6 +125,7 @@ class RingTask(PeriodicService[dict[str, str]]):
         ring: str,
         failed_retention: float,
         horizon: HorizonNotice | None = None,
+        turns: PruneTurns | None = None,
     ) -> None:
         super().__init__(config)
         self.name = f"{ring}_ring"
@@ -106,10 +133,12 @@ class RingTask(PeriodicService[dict[str, str]]):
         self._run = runner
         self._failed_retention = failed_retention
         self._horizon = horizon if horizon is not None else HorizonNotice()
+        self._turns = turns if turns is not None else PruneTurns()
 
     async def run_once(self) -> dict[str, str]:
         rotated = await self._run(store.rotate(self.ring))
-        pruned = await self._run(store.prune(self.ring, self._failed_retention))
+        async with self._turns.turn():
+            pruned = await self._run(store.prune(self.ring, self._failed_retention))
         if pruned == "blocked":
             log.debug("%s ring prune blocked by a lock; retrying next tick", self.ring)
         elif pruned == store.HORIZON_UNREADABLE:
@@ -136,28 +165,31 @@ class Rescuer(PeriodicService[int]):
         runner: AsyncRunner,
         reason: str,
         maintenance: MaintenanceConfig,
+        turns: PruneTurns | None = None,
     ) -> None:
         super().__init__(config)
         self.name = RESCUE_TASKS[reason]
         self.reason = reason
         self._run = runner
         self._maintenance = maintenance
+        self._turns = turns if turns is not None else PruneTurns()
 
     async def run_once(self) -> int:
         """Rescue everything eligible now; returns how many attempts were closed."""
         m = self._maintenance
         total = 0
         while True:
-            count = await self._run(
-                store.rescue(
-                    self.reason,
-                    staleness=m.settings.heartbeat_staleness,
-                    dlq_default=m.settings.dlq_enabled_by_default,
-                    dlq_on=m.dlq_on,
-                    dlq_off=m.dlq_off,
-                    limit=RESCUE_BATCH,
+            async with self._turns.turn():
+                count = await self._run(
+                    store.rescue(
+                        self.reason,
+                        staleness=m.settings.heartbeat_staleness,
+                        dlq_default=m.settings.dlq_enabled_by_default,
+                        dlq_on=m.dlq_on,
+                        dlq_off=m.dlq_off,
+                        limit=RESCUE_BATCH,
+                    )
                 )
-            )
             total += count
             if count < RESCUE_BATCH:
                 break
@@ -245,13 +277,17 @@ class QueueSampler(PeriodicService[int]):
     name = "queue_samples"
     run_at_start = True
 
-    def __init__(self, config: PeriodicConfig, runner: AsyncRunner) -> None:
+    def __init__(
+        self, config: PeriodicConfig, runner: AsyncRunner, turns: PruneTurns | None = None
+    ) -> None:
         super().__init__(config)
         self._run = runner
+        self._turns = turns if turns is not None else PruneTurns()
 
     async def run_once(self) -> int:
         """Take one sample; returns how many queues it covered."""
-        return await self._run(queue_store.sample(SAMPLE_HORIZON))
+        async with self._turns.turn():
+            return await self._run(queue_store.sample(SAMPLE_HORIZON))
 
 
 #: Seconds between queue samples, and how long samples are kept (the
@@ -413,27 +449,28 @@ class Maintenance:
         config, s = self.config, self.config.settings
         intervals = config.ring_intervals()
         horizon = HorizonNotice()  # one per term: the rings warn once between them
+        turns = PruneTurns()  # prunes and the wide readers take turns
         return {
             "promote": Promoter(PeriodicConfig(s.promote_interval), run),
             **{
                 f"{ring}_ring": RingTask(
-                    PeriodicConfig(intervals[ring]), run, ring, s.failed_retention, horizon
+                    PeriodicConfig(intervals[ring]), run, ring, s.failed_retention, horizon, turns
                 )
                 for ring in store.RINGS
             },
             "stale_rescue": Rescuer(
-                PeriodicConfig(s.heartbeat_rescue_interval), run, "stale_heartbeat", config
+                PeriodicConfig(s.heartbeat_rescue_interval), run, "stale_heartbeat", config, turns
             ),
             "deadline_rescue": Rescuer(
-                PeriodicConfig(s.deadline_rescue_interval), run, "deadline_expired", config
+                PeriodicConfig(s.deadline_rescue_interval), run, "deadline_expired", config, turns
             ),
             "callback_rescue": Rescuer(
-                PeriodicConfig(s.callback_rescue_interval), run, "callback_timeout", config
+                PeriodicConfig(s.callback_rescue_interval), run, "callback_timeout", config, turns
             ),
             "cleanup": Cleaner(PeriodicConfig(s.cleanup_interval), run, config),
             "dependencies": DependencyRecheck(PeriodicConfig(s.dependency_recheck_interval), run),
             "cron": CronTask(PeriodicConfig(cron.EVALUATE_INTERVAL), run),
-            "queue_samples": QueueSampler(PeriodicConfig(SAMPLE_INTERVAL), run),
+            "queue_samples": QueueSampler(PeriodicConfig(SAMPLE_INTERVAL), run, turns),
             "batch_ops": BatchOperationTask(PeriodicConfig(BATCH_OP_INTERVAL), run),
             **(
                 {"queue_gauges": QueueGauges(PeriodicConfig(GAUGE_INTERVAL), run)}

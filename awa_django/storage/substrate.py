@@ -24,7 +24,7 @@ from ..sql import schema_file
 from .base import Execute, Steps, operation, single
 
 # The substrate version this code needs (the last vNNN file).
-SCHEMA_VERSION = 23
+SCHEMA_VERSION = 24
 
 
 class RunAwaSQL(migrations.RunSQL):

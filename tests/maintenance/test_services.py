@@ -180,3 +180,62 @@ def test_the_election_session_has_server_side_keepalives(reset_awa):
         return timeout, idle
 
     assert asyncio.run(scenario()) == ("25000", "10")  # ms and s, as SHOW reports them
+
+
+def test_a_prune_waits_for_a_wide_read_in_progress_and_never_runs_beside_it(reset_awa):
+    """A rescue scan in progress holds the leader's turn: the ring task
+    rotates meanwhile, but its prune (whose ACCESS EXCLUSIVE locks the scan
+    would make time out) starts only once the scan is over."""
+    from psycopg_pool import AsyncConnectionPool
+
+    from awa_django.runtime.config import PeriodicConfig
+    from awa_django.runtime.maintenance import PruneTurns, Rescuer, RingTask
+    from awa_django.storage import AsyncRunner
+
+    m = maintenance()
+    events: list[tuple[str, float]] = []
+
+    async def scenario() -> None:
+        pool = AsyncConnectionPool(conninfo(), min_size=2, max_size=4, open=False,
+                                   kwargs={"autocommit": True})  # fmt: skip
+        async with pool:
+            real = AsyncRunner(pool)
+
+            async def scanning(op):
+                events.append(("scan starts", time.monotonic()))
+                result = await real(op)
+                await asyncio.sleep(0.5)  # a scan of a big ring takes its time
+                events.append(("scan ends", time.monotonic()))
+                return result
+
+            async def ring_statement(op):
+                events.append(("ring statement", time.monotonic()))
+                return await real(op)
+
+            turns = PruneTurns()
+            rescuer = Rescuer(PeriodicConfig(60), scanning, "stale_heartbeat", m.config, turns)
+            ring = RingTask(PeriodicConfig(60), ring_statement, "claim",
+                            m.config.settings.failed_retention, None, turns)  # fmt: skip
+            scan = asyncio.create_task(rescuer.run_once())
+            await until(lambda: events)
+            outcome = await ring.run_once()
+            await scan
+            assert set(outcome) == {"rotate", "prune"}
+
+    asyncio.run(scenario())
+    times = dict(events[:1] + [e for e in events if e[0] == "scan ends"])
+    ring_times = [at for name, at in events if name == "ring statement"]
+    assert len(ring_times) == 2  # the rotate, then the prune
+    assert ring_times[0] < times["scan ends"]  # rotating needs no turn
+    assert ring_times[1] >= times["scan ends"]  # the prune waited for the scan
+
+
+def test_the_leaders_prunes_and_wide_readers_share_one_turn(reset_awa):
+    m = maintenance()
+    tasks = m._tasks(None)  # type: ignore[arg-type]  # built, not run
+    taking_turns = {name: task._turns for name, task in tasks.items() if hasattr(task, "_turns")}
+    assert set(taking_turns) >= {
+        "queue_ring", "claim_ring", "lease_ring", "stale_rescue", "deadline_rescue",
+        "callback_rescue", "queue_samples",
+    }  # fmt: skip
+    assert len({id(turns) for turns in taking_turns.values()}) == 1
