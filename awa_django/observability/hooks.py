@@ -172,6 +172,8 @@ class Observers:
         # ``scoped`` may be a property (a signal scope exists only while
         # it has a receiver); an observer whose class says False never scopes.
         self._may_scope = tuple(o for o in self._all if type(o).scoped is not False)
+        # (observer, its bound attempt_scope): looked up once, not per attempt.
+        self._attempt_scopers = tuple((o, o.attempt_scope) for o in self._may_scope)
 
     @property
     def scoped(self) -> bool:
@@ -232,8 +234,23 @@ class Observers:
 
     def attempt_scope_or_none(self, job: ClaimedJob) -> AbstractContextManager[Any] | None:
         """:meth:`attempt_scope`, or None when no observer scopes: what the
-        executor asks once per attempt, so that it builds no ``with`` then."""
-        return self._scope("attempt_scope", job) if self._may_scope else None
+        executor asks once per attempt, so that it builds no ``with`` then.
+        The common case -- one observer scoping now -- is spelled out (this
+        runs for every job); several go through :meth:`_scope`."""
+        found = None
+        for observer, attempt_scope in self._attempt_scopers:
+            if observer.scoped:
+                if found is not None:
+                    return self._scope("attempt_scope", job)
+                found = attempt_scope
+        if found is None:
+            return None
+        try:
+            scope: AbstractContextManager[Any] | None = found(job)
+        except Exception:
+            log.exception("observer hook %r failed", found)
+            return None
+        return scope
 
     def traceparent(self) -> str | None:
         for hook in self._hooks["traceparent"]:

@@ -46,22 +46,19 @@ Spans
 Cost
     The hot path does as little as it can: the attempt scope makes a
     :class:`_LazySpan` current (a start time, no SDK span yet), and closing
-    an attempt appends one item to a deque.  A daemon thread (``awa-otel``)
-    does the rest a few dozen times a second -- the SDK span, built with
-    the recorded start time and the outcome among its attributes and ended
-    at the recorded end time, the duration histogram, the outcome counts --
-    so that work fills the time the event loop waits on PostgreSQL instead
-    of sitting between two claims.  The durations of a chunk go into the
-    histogram grouped by attribute set (:mod:`.bulk`), not one SDK call
-    per job.  A handler that looks at its span (a
-    child span, ``get_current_span()``, an enqueue capturing the
-    traceparent) builds it at once.  ``awa_bench --telemetry both``
-    measures what is left.
+    an attempt appends one item to a queue (:mod:`.idle`) that the event
+    loop works off when nothing else is ready to run -- while the worker
+    waits on PostgreSQL: the span, handed to the span processors already
+    finished with the recorded start and end times and the outcome among
+    its attributes (:mod:`.finished`), the duration histogram (grouped per
+    attribute set, :mod:`.bulk`), the outcome counts.  A handler that looks
+    at its span (a child span, ``get_current_span()``, an enqueue capturing
+    the traceparent) builds the SDK span at once.  ``awa_bench --telemetry
+    both`` measures what is left.
 """
 
 from __future__ import annotations
 
-import collections
 import importlib.metadata
 import logging
 import threading
@@ -69,11 +66,14 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from contextvars import ContextVar
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
 from opentelemetry.trace import (
     Link,
@@ -86,10 +86,11 @@ from opentelemetry.trace import (
     TraceFlags,
     TracerProvider,
 )
+from opentelemetry.trace.propagation import _SPAN_KEY
 
 from ..payload import TRACEPARENT_KEY
 from ..records import DLQ, FAILED, RETRYABLE, ClaimedJob, Closure, PreparedJob
-from . import bulk, finished
+from . import bulk, finished, idle
 from . import metrics as table
 from .hooks import Observer, QueueSample
 
@@ -147,6 +148,28 @@ _CACHE_LIMIT = 4096
 
 _ERROR_TARGETS = frozenset({RETRYABLE, FAILED, DLQ})
 _ROOT = otel_context.Context()  # an empty context: a span started in it is a root
+
+
+def _context_variable() -> ContextVar[Context] | None:
+    """The context variable behind OpenTelemetry's current context, when the
+    runtime context is the API's default (``contextvars``) and its key for
+    the current span is where this module looks; None otherwise (another
+    ``OTEL_PYTHON_CONTEXT``, another API release): then the API's functions
+    are used.  The attempt scope sets it directly: it runs for every job."""
+    runtime = getattr(otel_context, "_RUNTIME_CONTEXT", None)
+    if type(runtime) is not ContextVarsRuntimeContext:
+        return None
+    variable = getattr(runtime, "_current_context", None)
+    if not isinstance(variable, ContextVar):
+        return None
+    probe = NonRecordingSpan(SpanContext(1, 2, False))
+    made = trace.set_span_in_context(probe, _ROOT)
+    if dict(made) != {_SPAN_KEY: probe} or trace.get_current_span(made) is not probe:
+        return None
+    return variable
+
+
+_CURRENT = _context_variable()
 
 
 def traceparent_of(context: SpanContext) -> str:
@@ -243,7 +266,7 @@ class _LazySpan(Span):
     built with that start time by whoever needs it first: the handler (a
     child span, ``trace.get_current_span()``, a traceparent captured by an
     enqueue inside it) on its own thread, or -- for most jobs -- the
-    observer's telemetry thread after the outcome is durable, with the
+    observer's idle-time work after the outcome is durable, with the
     outcome among its first attributes.  Every method forwards to the real
     span; building it is done once, under a lock.
     """
@@ -323,122 +346,46 @@ class _LazySpan(Span):
 class _AttemptScope:
     """Makes the attempt's (lazy) span the ambient context while the handler runs."""
 
-    __slots__ = ("_job", "_key", "_observer", "_span", "_token")
+    __slots__ = ("_span", "_token")
 
-    def __init__(self, observer: OtelObserver, job: ClaimedJob) -> None:
-        self._observer = observer
-        self._job = job
+    def __init__(self, span: _LazySpan) -> None:
+        self._span = span
 
     def __enter__(self) -> Span:
-        job = self._job
-        self._key = (job.job_id, job.run_lease)
-        span = self._span = _LazySpan(self._observer, job)
-        self._observer._open[self._key] = span
-        self._token = otel_context.attach(trace.set_span_in_context(span))
+        span = self._span
+        if _CURRENT is None:
+            self._token = otel_context.attach(trace.set_span_in_context(span))
+        else:  # what attach(set_span_in_context(span)) does, without four calls
+            current = _CURRENT.get()
+            self._token = _CURRENT.set(
+                Context({**current, _SPAN_KEY: span}) if current else Context({_SPAN_KEY: span})
+            )
         return span
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        otel_context.detach(self._token)
+        if _CURRENT is None:
+            otel_context.detach(self._token)
+        else:
+            try:
+                _CURRENT.reset(self._token)
+            except ValueError:  # as detach() does: say so, do not fail the attempt
+                log.exception("Failed to detach context")
         if exc is None:
             return
+        span = self._span
         if isinstance(exc, Exception):
-            self._span.error = exc
+            span.error = exc
             return
         # Cancelled (shutdown) or interrupted: no closure will come from here.
-        self._observer._open.pop(self._key, None)
-        span = self._span.real("interrupted")
-        span.record_exception(exc)
-        span.end()
+        job = span._job
+        span._observer._open.pop((job.job_id, job.run_lease), None)
+        real = span.real("interrupted")
+        real.record_exception(exc)
+        real.end()
 
 
-class _Deferred:
-    """Telemetry work handed from the hot path to a thread of its own.
-
-    Closing an attempt records a histogram point, counts the outcome and
-    builds and ends the span: work the event loop (or the handler thread)
-    would otherwise do between two claims.  Here it only appends one tuple
-    to a deque; a daemon thread (``awa-otel``) drains it a few dozen times a
-    second, in chunks that let the GIL go between them, so the work fills
-    the time the loop spends waiting on PostgreSQL.  An item's first element
-    is a function that takes a list of such items: consecutive items of one
-    function are handed over together, so what is the same for all of them
-    (the tracer's fast path, the outcome counts) is looked up and added once
-    per chunk, not once per job.  Nothing is lost or reordered in meaning:
-    times are taken on the hot path (the span's start and end, the
-    duration), and :meth:`drain` runs what is left when the worker stops or
-    flushes.
-    """
-
-    #: How often the thread wakes to drain (seconds).
-    INTERVAL = 0.05
-    #: Items per chunk before the thread lets other threads run: about 80 us
-    #: of work, so an event loop back from a wait gets the GIL soon (64 held
-    #: it ~4x longer and cost throughput in paired drains).
-    CHUNK = 16
-
-    def __init__(self) -> None:
-        self._items: collections.deque[tuple[Any, ...]] = collections.deque()
-        self._drain_lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._start_lock = threading.Lock()
-
-    def put(self, work: tuple[Any, ...]) -> None:
-        """Queue ``work``: ``(function, *arguments)``, where the function takes
-        a list of such tuples (one object is all the hot path allocates)."""
-        self._items.append(work)
-        if self._thread is None:
-            self._start()
-
-    def put_many(self, works: list[tuple[Any, ...]]) -> None:
-        """Queue several items at once (see :meth:`put`)."""
-        self._items.extend(works)
-        if self._thread is None:
-            self._start()
-
-    def _start(self) -> None:
-        with self._start_lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="awa-otel", daemon=True)
-                self._thread.start()
-
-    def _run(self) -> None:
-        while True:
-            time.sleep(self.INTERVAL)
-            self.drain(chunked=True)
-
-    def drain(self, *, chunked: bool = False) -> None:
-        """Run every queued item (in the caller's thread)."""
-        items = self._items
-        with self._drain_lock:
-            while items:
-                chunk = []
-                for _ in range(self.CHUNK):
-                    try:
-                        chunk.append(items.popleft())
-                    except IndexError:
-                        break
-                self._run_chunk(chunk)
-                if chunked:
-                    time.sleep(0)  # let the event loop have the GIL back
-
-    @staticmethod
-    def _run_chunk(chunk: list[tuple[Any, ...]]) -> None:
-        begin = 0
-        while begin < len(chunk):
-            work = chunk[begin][0]
-            end = begin + 1
-            while end < len(chunk) and chunk[end][0] is work:
-                end += 1
-            try:
-                work(chunk[begin:end])
-            except Exception:
-                log.exception("recording awa telemetry failed")
-            begin = end
-
-
-def _end_parked(items: list[tuple[Any, ...]]) -> None:
-    for _, lazy, end_ns in items:
-        lazy.real("waiting_external").end(end_ns)
+def _end_parked(lazy: _LazySpan, end_ns: int) -> None:
+    lazy.real("waiting_external").end(end_ns)
 
 
 class OtelObserver(Observer):
@@ -466,9 +413,9 @@ class OtelObserver(Observer):
         # Attempts whose span is open, by (job_id, run_lease): written on
         # handler threads, read on the event loop (single dict operations).
         self._open: dict[tuple[int, int], _LazySpan] = {}
-        self._deferred = _Deferred()
+        self._deferred = idle.IdleWork()
         # Bound once: a bound method built per job is one more allocation.
-        self._record_close_work = self._record_closes
+        self._record_closes_work = self._record_closes
         self._process: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
         self._samples: tuple[float, Sequence[QueueSample]] | None = None
         self._up: bool | None = None  # None until this process runs a worker
@@ -606,7 +553,11 @@ class OtelObserver(Observer):
             self._empty_claims.add(values)
 
     def attempt_scope(self, job: ClaimedJob) -> AbstractContextManager[Any] | None:
-        return _AttemptScope(self, job)
+        # The span starts now (the handler is called right after) and is
+        # found again by its attempt when the close comes.
+        span = _LazySpan(self, job)
+        self._open[(job.job_id, job.run_lease)] = span
+        return _AttemptScope(span)
 
     def _process_fields(
         self, job: ClaimedJob, outcome: str | None
@@ -671,71 +622,84 @@ class OtelObserver(Observer):
 
     def closed(self, job: ClaimedJob, closure: Closure, applied: bool, seconds: float) -> None:
         self._settled()
-        span = self._open.pop((job.job_id, job.run_lease), None)
-        end_ns = time.time_ns() if span is not None else 0
-        self._deferred.put((self._record_close_work, job, closure, applied, seconds, span, end_ns))
+        self._deferred.put(
+            (self._record_closes_work, ((job, closure, applied),), seconds, time.time_ns())
+        )
 
     def closed_many(
         self, closes: Sequence[tuple[ClaimedJob, Closure, bool]], seconds: float
     ) -> None:
-        # One lock, one clock read and one hand-off for the whole group.
+        # One lock, one clock read and one item for the whole group.
         with self._running_lock:
             self._running = max(self._running - len(closes), 0)
-        end_ns = time.time_ns()
-        pop, work = self._open.pop, self._record_close_work
-        self._deferred.put_many(
-            [
-                (
-                    work,
-                    job,
-                    closure,
-                    applied,
-                    seconds,
-                    pop((job.job_id, job.run_lease), None),
-                    end_ns,
-                )
-                for job, closure, applied in closes
-            ]
-        )
+        self._deferred.put((self._record_closes_work, closes, seconds, time.time_ns()))
 
-    def _record_closes(self, items: list[tuple[Any, ...]]) -> None:
-        """Record the closes :meth:`closed` queued: ``(work, job, closure,
-        applied, seconds, lazy span, end_ns)`` each."""
+    def _record_closes(
+        self,
+        closes: Sequence[tuple[ClaimedJob, Closure, bool]],
+        seconds: float,
+        end_ns: int,
+    ) -> None:
+        """Record a group of closes (:meth:`closed_many`), ended at ``end_ns``,
+        with their attempts' spans.  This runs for every job, so the common
+        case -- an applied close of an attempt whose span nobody touched --
+        is spelled out here rather than through :meth:`_process_fields`
+        (same attributes, same order)."""
         durations: dict[tuple[str, str, str], list[float]] = {}
-        fast = self._finished_spans()  # once per chunk
-        for _, job, closure, applied, seconds, lazy, end_ns in items:
+        fast = self._finished_spans()  # once per group
+        spans: list[Any] = []  # handed over together at the end
+        process, pop = self._process, self._open.pop
+        for job, closure, applied in closes:
             try:
                 # The closure's label (a move to the DLQ says "failed":
                 # awa.job.dlq counts the moves), as the Prometheus exporter
                 # records it.
                 outcome = closure.outcome
-                if applied:
-                    key = (job.queue, job.kind, outcome)
-                    found = durations.get(key)
-                    if found is None:
-                        durations[key] = [seconds]
-                    else:
-                        found.append(seconds)
-                    if closure.target == RETRYABLE:
-                        self._retries.add((job.queue, job.kind))
-                    elif closure.target == DLQ:
-                        self._dlq.add((job.queue, job.kind))
-                else:
+                target = closure.target
+                lazy = pop((job.job_id, job.run_lease), None)
+                if not applied:
                     self._stale.add((job.queue, job.kind))
+                    if lazy is not None:
+                        self._end_span(lazy, closure, applied, end_ns)
+                    continue
+                key = (job.queue, job.kind, outcome)
+                found = durations.get(key)
+                if found is None:
+                    durations[key] = [seconds]
+                else:
+                    found.append(seconds)
+                if target == RETRYABLE:
+                    self._retries.add(key[:2])
+                elif target == DLQ:
+                    self._dlq.add(key[:2])
                 if lazy is None:
                     continue  # no handler ran (an unknown kind, arguments that no longer fit)
-                if (
-                    fast is not None
-                    and applied
-                    and not lazy.built
-                    and closure.target not in _ERROR_TARGETS
-                ):
-                    name, attributes, parent, links = self._process_fields(job, outcome)
-                    fast.record(name, attributes, parent, links, lazy.start_ns, end_ns)
+                if fast is None or lazy._real is not None or target in _ERROR_TARGETS:
+                    self._end_span(lazy, closure, applied, end_ns)
                     continue
-                self._end_span(lazy, closure, applied, end_ns)
+                metadata = job.metadata
+                parent = parse_traceparent(metadata.get(TRACEPARENT_KEY)) if metadata else None
+                links = None
+                if parent is not None and job.attempt > 1:
+                    links, parent = [Link(parent)], None  # a retry: a root linked to the enqueue
+                name, base = process.get(key[:2]) or self._process_base(job.queue, job.kind)
+                decided = fast.decide(name, parent, links)
+                if decided is None:
+                    continue  # sampled out: nothing more to build
+                attributes = {
+                    **base,
+                    MESSAGING_MESSAGE_ID: str(job.job_id),
+                    JOB_ATTEMPT: job.attempt,
+                    JOB_OUTCOME: outcome,
+                }
+                fast.record(name, attributes, parent, links, lazy.start_ns, end_ns, spans, decided)
             except Exception:
                 log.exception("recording the close of job %s failed", job.job_id)
+        if fast is not None:
+            try:
+                fast.hand_over(spans)
+            except Exception:
+                log.exception("handing %s spans to the span processors failed", len(spans))
         labels, histogram = self._job_labels, self._job_durations
         for key, seconds_each in durations.items():
             self._outcomes.add(key, len(seconds_each))
@@ -773,8 +737,7 @@ class OtelObserver(Observer):
         self._settled()
         lazy = self._open.pop((job.job_id, job.run_lease), None)
         if lazy is not None:
-            end_ns = time.time_ns()
-            self._deferred.put((_end_parked, lazy, end_ns))
+            self._deferred.put((_end_parked, lazy, time.time_ns()))
 
     def maintained(self, task: str, result: object, seconds: float) -> None:
         self._task_duration.record(seconds, self._task_labels(task))

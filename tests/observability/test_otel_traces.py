@@ -263,21 +263,35 @@ def _claimed(job_id: int) -> ClaimedJob:
     )  # fmt: skip
 
 
-def test_the_hot_path_leaves_the_sdk_span_to_the_telemetry_thread(telemetry):
-    """An attempt whose handler never looks at its span costs the loop a
-    start time and a deque append; the span is built later, with the times
-    taken on the hot path and the outcome among its first attributes."""
-    observer = telemetry.observer
-    observer._deferred.INTERVAL = 3600  # this test drains by hand
-    job = _claimed(1)
-    with observer.attempt_scope(job) as lazy:
-        assert trace.get_current_span() is lazy and not lazy.built
-    closure = Closure(1, 1, 0, 1, 0, "completed", "completed")
-    observer.closed(job, closure, True, 0.002)
-    assert not lazy.built and telemetry.spans() == []
+async def _until(predicate, turns: int = 200) -> bool:
+    """Let the event loop run (one turn per ``await``) until ``predicate()``
+    holds; False if it still does not after ``turns`` turns."""
+    for _ in range(turns):
+        if predicate():
+            return True
+        await asyncio.sleep(0)
+    return predicate()
 
-    observer.flush(5.0)
+
+def test_the_hot_path_leaves_the_span_until_the_loop_is_idle(telemetry):
+    """An attempt whose handler never looks at its span costs the loop a
+    start time and one queued item per close; the span is built when the
+    loop has nothing else to run, with the times taken on the hot path and
+    the outcome among its first attributes."""
+    observer = telemetry.observer
+    job = _claimed(1)
+
+    async def attempt():
+        with observer.attempt_scope(job) as lazy:
+            assert trace.get_current_span() is lazy and not lazy.built
+        observer.closed(job, Closure(1, 1, 0, 1, 0, "completed", "completed"), True, 0.002)
+        assert not lazy.built and telemetry.spans() == []  # nothing on the hot path
+        assert await _until(lambda: telemetry.spans() != [])
+        return lazy
+
+    lazy = asyncio.run(attempt())
     (span,) = telemetry.spans("process tests.otel.lazy")
+    assert not lazy.built  # recorded finished, no SDK span was started
     assert span.start_time == lazy.start_ns and span.end_time >= span.start_time
     assert span.attributes["awa.job.outcome"] == "completed"
     assert span.attributes["messaging.message.id"] == "1"
@@ -411,27 +425,37 @@ def test_the_default_sampler_is_answered_without_asking_it_only_for_roots():
     assert recorded(ParentBased(TraceIdRatioBased(0.0)), None) == ()  # asked: never
 
 
-def test_queued_closes_are_recorded_in_chunks_without_losing_or_mixing_any():
-    """The telemetry thread hands consecutive items of one kind over
-    together: 150 closes of three outcomes, a parked attempt and a stale
-    close in the middle, across chunk boundaries, come out exact."""
+def test_queued_closes_are_recorded_without_losing_or_mixing_any():
+    """Closes queued on a busy loop -- 150 of three outcomes, single and
+    grouped, a parked attempt and a stale close among them -- are recorded
+    exactly once the loop gets to them, split over as many passes as the
+    time budget asks for."""
     telemetry = build()
     observer = telemetry.observer
-    observer._deferred.INTERVAL = 3600  # this test drains by hand
+    observer._deferred.BUDGET = 0.0  # one item per pass: many passes
     outcomes = ("completed", "retryable", "cancelled")
     targets = {"completed": "completed", "retryable": "retryable", "cancelled": "cancelled"}
-    for n in range(150):
-        job = _claimed(1000 + n)
-        with observer.attempt_scope(job):
-            pass
-        if n == 70:
-            observer.parked(job)
-            continue
-        outcome = outcomes[n % 3]
-        closure = Closure(job.job_id, 1, 0, 1, 0, targets[outcome], outcome)
-        observer.closed(job, closure, n != 71, 0.001)
-    assert telemetry.spans() == []
-    observer.flush(5.0)
+
+    async def attempts():
+        group = []
+        for n in range(150):
+            job = _claimed(1000 + n)
+            with observer.attempt_scope(job):
+                pass
+            if n == 70:
+                observer.parked(job)
+                continue
+            outcome = outcomes[n % 3]
+            closure = Closure(job.job_id, 1, 0, 1, 0, targets[outcome], outcome)
+            if n < 100:
+                observer.closed(job, closure, n != 71, 0.001)
+            else:
+                group.append((job, closure, True))
+        observer.closed_many(group, 0.001)
+        assert telemetry.spans() == []  # nothing yet: the loop has not been idle
+        assert await _until(lambda: len(observer._deferred) == 0, turns=2000)
+
+    asyncio.run(attempts())
 
     labels = {"queue": "q-lazy", "kind": "tests.otel.lazy"}
     expected = {o: sum(1 for n in range(150) if n % 3 == i and n not in (70, 71))
