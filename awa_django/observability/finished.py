@@ -23,10 +23,10 @@ Even the ``ReadableSpan`` and ``SpanContext`` constructors are half of
 what is left per span (keyword arguments, id range checks the generator
 already guarantees), so a span is a :class:`FinishedSpan` (a
 ``ReadableSpan`` whose constructor takes positional arguments), its
-context is built as the tuple ``SpanContext`` is, and a sampled span goes
-straight to the queue of a lone ``BatchSpanProcessor``.  Each shortcut is checked against the
-installed SDK once, when the tracer is first seen; where its layout differs
-the constructors and ``on_end`` are used.
+context is built as the tuple ``SpanContext`` is, and sampled spans go
+straight to the queue of a lone ``BatchSpanProcessor``.  Each shortcut is
+checked against the installed SDK once, when the tracer is first seen;
+where its layout differs the constructors and ``on_end`` are used.
 """
 
 from __future__ import annotations
@@ -147,15 +147,6 @@ def _context_layout_known() -> bool:
     return tuple(made) == tuple(direct) and made == direct and direct.is_valid
 
 
-def _emitter(processor: Any) -> Any:
-    """What to hand a sampled finished span to: the batch queue of the one
-    ``BatchSpanProcessor`` directly when that is the only processor (its
-    ``on_end`` only checks the sampled flag, which the caller has), else the
-    tracer's processor chain."""
-    batcher = _lone_batcher(processor)
-    return processor.on_end if batcher is None else batcher.emit
-
-
 def _lone_batcher(processor: Any) -> Any:
     """The SDK batch queue behind the tracer's only span processor, a
     ``BatchSpanProcessor``; None for any other set of processors."""
@@ -272,7 +263,6 @@ class FinishedSpans:
 
     __slots__ = (
         "_direct_context",
-        "_emit",
         "_emit_many",
         "_ids",
         "_processor",
@@ -298,7 +288,6 @@ class FinishedSpans:
         self._scope = tracer._instrumentation_scope
         self._span = FinishedSpan if _fields_match(self._resource, self._scope) else _sdk_span
         self._direct_context = _context_layout_known()
-        self._emit = _emitter(self._processor)
         self._emit_many = _queue_many(self._processor)
 
     def decide(
@@ -401,7 +390,7 @@ class FinishedSpans:
         if flags is not _SAMPLED:
             self._processor.on_end(span)  # recorded, not sampled: the processors decide
         elif into is None:
-            self._emit(span)
+            self._emit_many([span])
         else:
             into.append(span)
 
