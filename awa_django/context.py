@@ -38,6 +38,13 @@ class AttemptControl(Protocol):
     async def aheartbeat(self) -> None: ...
 
 
+class ControlSource(Protocol):
+    """Builds an attempt's :class:`AttemptControl` the first time a handler
+    needs one (``awa_django.runtime.leases.LeaseHub``)."""
+
+    def control(self, job: Any, ctx: JobContext) -> AttemptControl: ...
+
+
 class JobContext:
     """The attempt a handler is running (see module docstring).
 
@@ -50,6 +57,8 @@ class JobContext:
     __slots__ = (
         "_cancelled",
         "_control",
+        "_control_job",
+        "_control_source",
         "_progress_lock",
         "_progress_version",
         "attempt",
@@ -79,6 +88,8 @@ class JobContext:
         progress: dict[str, Any] | None = None,
         claim_nonce: int | None = None,
         control: AttemptControl | None = None,
+        control_source: ControlSource | None = None,
+        control_job: Any = None,
     ) -> None:
         self.job_id = job_id
         self.kind = kind
@@ -94,6 +105,11 @@ class JobContext:
         # after a crash reverts a claim, its re-claim differs only here.
         self.claim_nonce = claim_nonce
         self._control = control
+        # (source, job): the control is built on first use.  Most attempts
+        # never escalate, and a control built up front would point back at
+        # this context: a cycle per job, left for the garbage collector.
+        self._control_source = control_source
+        self._control_job = control_job
         self._cancelled = False
         self._progress_lock: threading.Lock | None = None
         self._progress_version = 0
@@ -113,8 +129,17 @@ class JobContext:
         self._cancelled = True
 
     def _attempt(self, what: str) -> AttemptControl:
-        if self._control is None:
+        control = self._control or self._escalation()
+        if control is None:
             raise RuntimeError(f"{what} needs the attempt to be run by an awa worker")
+        return control
+
+    def _escalation(self) -> AttemptControl | None:
+        """The attempt's control, built now from its source if there is one
+        (called by the handler, or by the runtime for a long-running job)."""
+        source = self._control_source
+        if self._control is None and source is not None:
+            self._control = source.control(self._control_job, self)
         return self._control
 
     def register_callback(self, timeout: float) -> uuid.UUID:

@@ -86,8 +86,8 @@ class Executor:
             definition = found
         dlq = definition.dlq_for(job.metadata, dlq)
 
-        lease = ctx._control
-        if long_running and isinstance(lease, AttemptLease):
+        lease = ctx._escalation() if long_running else ctx._control
+        if isinstance(lease, AttemptLease):
             try:
                 await lease.aheartbeat()
             except Cancel as exc:
@@ -269,8 +269,9 @@ def _on_handler_thread(
 
 
 def context_for(job: ClaimedJob, hub: LeaseHub | None = None) -> JobContext:
-    lease = hub.control(job) if hub is not None else None
-    ctx = JobContext(
+    """The context of ``job``'s attempt; its lease (``hub``) is built when
+    the handler first escalates (see ``JobContext._escalation``)."""
+    return JobContext(
         job_id=job.job_id,
         kind=job.kind,
         queue=job.queue,
@@ -282,8 +283,6 @@ def context_for(job: ClaimedJob, hub: LeaseHub | None = None) -> JobContext:
         tags=job.tags,
         progress=job.progress,
         claim_nonce=job.claim_nonce,
-        control=lease,
+        control_source=hub,
+        control_job=job,
     )
-    if lease is not None:
-        lease.ctx = ctx
-    return ctx

@@ -61,8 +61,12 @@ class LeaseHub:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
 
-    def control(self, job: ClaimedJob) -> AttemptLease:
-        return AttemptLease(self, job)
+    def control(self, job: ClaimedJob, ctx: JobContext) -> AttemptLease:
+        """The lease of ``job``'s attempt, for its context ``ctx`` (built on
+        the context's first escalation)."""
+        lease = AttemptLease(self, job)
+        lease.ctx = ctx
+        return lease
 
     def on_loop_thread(self) -> bool:
         return threading.get_ident() == self._loop_thread

@@ -432,6 +432,14 @@ def held(ctx, timeout: float = 30.0) -> bool:
         HOLDS.leave(ctx.queue)
 
 
+@job(kind="testapp.lease_state", takes_context=True)
+async def lease_state(ctx) -> bool:
+    """Whether the attempt runs under a lease (a ``long_running`` queue's do)."""
+    from awa_django.runtime.leases import is_leased
+
+    return is_leased(ctx)
+
+
 @job(kind="testapp.started", takes_context=True)
 async def started(ctx) -> None:
     """Records when it started (``HOLDS.start_times``) and finishes at once."""

@@ -333,3 +333,14 @@ def test_retry_job_runs_a_failed_or_cancelled_job_again(worker, queue):
     assert ops.retry_job(cancelled.id) is False  # completed: nothing to retry
     with pytest.raises(JobNotFound):
         ops.retry_job(10**15)
+
+
+@pytest.mark.parametrize("long_running", [True, False])
+def test_a_long_running_queue_leases_each_attempt_from_its_start(queue, long_running):
+    """The lease is built on first use; a ``long_running`` queue uses it
+    before the handler runs (other queues only when the handler escalates)."""
+    ref = jobs.lease_state.using(queue=queue).enqueue()
+    run_burst(queue, long_running=long_running)
+    info = ops.get_job(ref.id)
+    assert info.state == "completed"
+    assert info.return_value is long_running

@@ -1,4 +1,5 @@
-"""Memory stays flat: nothing of a finished job outlives it in the worker.
+"""Memory stays flat: nothing of a finished job outlives it in the worker,
+and nothing of it waits for the garbage collector either.
 
 Each claim arms one deadline timer for its batch.  A timer that outlived its
 batch would keep every JobContext of the batch alive until the deadline
@@ -17,10 +18,12 @@ from testapp import jobs
 
 import awa_django
 from awa_django.context import JobContext
+from awa_django.records import ClaimedJob, Closure
+from awa_django.runtime.leases import AttemptLease
 from awa_django.runtime.worker import Worker
-from tests.conftest import worker_config
+from tests.conftest import run_burst, worker_config
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 JOBS = 100_000
 
@@ -35,6 +38,7 @@ def live_contexts() -> int:
     return sum(1 for obj in gc.get_objects() if isinstance(obj, JobContext))
 
 
+@pytest.mark.slow
 def test_job_contexts_do_not_outlive_their_jobs(queue):
     call = jobs.noop_async.using(queue=queue)
     awa_django.enqueue_many([call.prepare() for _ in range(JOBS)])
@@ -59,3 +63,32 @@ def test_job_contexts_do_not_outlive_their_jobs(queue):
     completed, left = asyncio.run(scenario())
     assert completed == JOBS
     assert left == 0, f"{left} JobContext objects still alive after the drain"
+
+
+def test_a_finished_job_leaves_no_reference_cycle(queue):
+    """Each job's claimed record, context and closure are freed by reference
+    counting when it is done.  A cycle among them (a context pointing at a
+    lease that points back, say) would leave every job to the collector:
+    more collections, and objects promoted to the old generation that only
+    a full pass frees."""
+    per_kind = 50
+    awa_django.enqueue_many(
+        [jobs.noop_async.using(queue=queue).prepare() for _ in range(per_kind)]
+        + [jobs.noop.using(queue=queue).prepare() for _ in range(per_kind)]
+        + [jobs.record.using(queue=queue).prepare(label="x") for _ in range(per_kind)]
+        + [jobs.boom.using(queue=queue, max_attempts=1).prepare() for _ in range(per_kind)]
+    )
+    gc.collect()
+    gc.disable()
+    try:
+        worker = run_burst(queue)
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        kinds = (JobContext, ClaimedJob, AttemptLease, Closure)
+        left = [type(obj).__name__ for obj in gc.garbage if isinstance(obj, kinds)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert worker.completed == 4 * per_kind
+    assert left == [], f"{len(left)} job objects were freed only by the collector"
