@@ -105,9 +105,10 @@ class JobContext:
         # after a crash reverts a claim, its re-claim differs only here.
         self.claim_nonce = claim_nonce
         self._control = control
-        # (source, job): the control is built on first use.  Most attempts
-        # never escalate, and a control built up front would point back at
-        # this context: a cycle per job, left for the garbage collector.
+        # Without a control given, the source builds one for the job on first
+        # use.  Most attempts never escalate, and a control built up front
+        # would point back at this context: a cycle per job, left for the
+        # garbage collector.
         self._control_source = control_source
         self._control_job = control_job
         self._cancelled = False
@@ -129,7 +130,7 @@ class JobContext:
         self._cancelled = True
 
     def _attempt(self, what: str) -> AttemptControl:
-        control = self._control or self._escalation()
+        control = self._escalation()
         if control is None:
             raise RuntimeError(f"{what} needs the attempt to be run by an awa worker")
         return control
