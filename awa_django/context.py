@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from .exceptions import InvalidJob
 from .payload import to_json
+from .pgtext import clean_value, json_is_clean
 
 
 class AttemptControl(Protocol):
@@ -215,7 +216,9 @@ class JobContext:
                 merged = dict(current.get("checkpoint") or {})
                 merged.update(checkpoint)
                 current["checkpoint"] = merged
-            to_json(current, "progress")
+            if not json_is_clean(to_json(current, "progress")):
+                # Stored as jsonb: NUL and lone surrogates escaped (awa_django.pgtext).
+                current = clean_value(current)
             self.progress = current
             self._progress_version += 1
 

@@ -20,6 +20,7 @@ from .cron import PeriodicInfo, fire_metadata, next_occurrence
 from .exceptions import CallbackNotFound, InvalidJob, JobNotFound
 from .overrides import check_keys, check_overrides
 from .payload import check_kind, check_priority, check_queue, to_json
+from .pgtext import clean_text
 from .records import (
     BATCH_OP_JOB_STATES,
     BATCH_OP_KINDS,
@@ -272,7 +273,9 @@ def fail_external(callback_id: uuid.UUID | str, error: str, *, database: str | N
     """Fail the attempt waiting for ``callback_id`` (terminal: failed, or the DLQ)."""
     if not isinstance(error, str) or not error:
         raise InvalidJob("error must be a non-empty string")
-    _resolve(callback_id, "fail", error=error, database=database)
+    # Kept as text and in the jsonb error history: NUL and lone surrogates
+    # escaped (awa_django.pgtext), or the closure could not be written.
+    _resolve(callback_id, "fail", error=clean_text(error), database=database)
 
 
 def retry_external(callback_id: uuid.UUID | str, *, database: str | None = None) -> None:

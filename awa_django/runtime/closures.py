@@ -29,6 +29,7 @@ from .. import clock
 from ..exceptions import InvalidJob
 from ..outcomes import Cancel, RetryAfter, Snooze, TerminalError, WaitForCallback
 from ..payload import to_json
+from ..pgtext import clean_text
 from ..records import (
     CANCELLED,
     COMPLETED,
@@ -59,15 +60,25 @@ def error_entry(
         kind, text, trace = "awa_django.Error", message or "", ""
     else:
         kind = f"{type(exc).__module__}.{type(exc).__qualname__}"
-        text = message or str(exc)
+        text = message or _text_of(exc)
         trace = "".join(traceback.format_exception(exc))[-MAX_TRACEBACK_CHARS:]
+    # The history is jsonb: a NUL or a lone surrogate would make the whole
+    # closure unwritable (see awa_django.pgtext).
     return {
         "attempt": job.attempt,
-        "type": kind,
-        "message": text,
-        "traceback": trace,
+        "type": clean_text(kind),
+        "message": clean_text(text),
+        "traceback": clean_text(trace),
         "at": _now().isoformat(),
     }
+
+
+def _text_of(exc: BaseException) -> str:
+    """``str(exc)``, or a stand-in when the exception's own ``__str__`` fails."""
+    try:
+        return str(exc)
+    except Exception:
+        return f"<{type(exc).__qualname__}: str() failed>"
 
 
 def last_error(closure: Closure) -> str | None:
@@ -151,6 +162,7 @@ def handed_back(job: ClaimedJob | OpenReceipt) -> Closure:
 
 
 def cancelled(job: ClaimedJob, reason: str) -> Closure:
+    reason = clean_text(str(reason))
     entry = error_entry(job, None, reason)
     entry["type"] = "awa_django.Cancel"
     return _base(job, CANCELLED, CANCELLED, errors=_history(job, entry), reason=reason)
