@@ -144,6 +144,27 @@ def retry_or_fail(
     )
 
 
+#: The error type recorded when an attempt's outcome could not be stored.
+UNSTORABLE = "awa_django.UnstorableOutcome"
+MAX_UNSTORABLE_DETAIL = 500
+
+
+def unstorable(job: ClaimedJob, closure: Closure, exc: BaseException, *, dlq: bool) -> Closure:
+    """What to write instead of ``closure`` when the database refused it for
+    a reason a retry would not cure: the attempt failed (or moved to the
+    DLQ), its history saying why.  Progress and result are left out (one of
+    them may be what was refused); the error history is the one the claim
+    read, which the database accepted once already.
+    """
+    detail = clean_text(f"{type(exc).__name__}: {_text_of(exc)}")[:MAX_UNSTORABLE_DETAIL]
+    message = f"the {closure.outcome} outcome of this attempt could not be stored ({detail})"
+    entry = error_entry(job, None, message)
+    entry["type"] = UNSTORABLE
+    fallback = failed(job, entry, dlq=dlq, reason="outcome could not be stored")
+    fallback.leased = closure.leased
+    return fallback
+
+
 def snoozed(job: ClaimedJob, delay: float) -> Closure:
     # The next claim adds one to the stored count: store this attempt's
     # predecessor so the re-run sees the same attempt number.

@@ -17,10 +17,22 @@ in ``stale`` and logged, never applied.
   ``flush_interval`` after the first one arrived (defaults 512 / 1 ms), or
   as soon as every attempt the dispatchers run (see :meth:`Completer.track`)
   has submitted: then waiting cannot grow the batch, and a 1-permit queue
-  would pay the flush interval on every job.  A flush that fails for a
-  reason other than a lost connection is split until the closures that fail
-  on their own are isolated: one bad closure never drops the completions of
-  its 511 batch-mates.
+  would pay the flush interval on every job.
+
+Errors (both twins, :meth:`Completer.submit_group`): a lost connection, a
+server shutting down or a transient conflict (deadlock, serialization
+failure) is retried as it is: the statement is idempotent per attempt, so
+a retry at worst reports our own closures as stale.  Any other error -- a
+value the database refuses, a statement timeout, a full disk -- is not
+retried: the batch is split in halves until the closures that fail on
+their own are found, so one bad closure never holds up or drops its 511
+batch-mates.  Each closure that fails alone is replaced by its *fallback*
+(see :meth:`Completer.set_fallback`: the attempt failed, or moved to the
+DLQ, with an error saying why its outcome could not be stored) and that is
+written instead; only if the fallback fails too is the error reported, and
+the attempt is left open for its hand-back (which is bounded, see
+:func:`~awa_django.runtime.closures.handed_back`).  A closure is never
+dropped silently and never retried forever.
 
 A dispatcher hands in the closures of a whole claim at once
 (:meth:`Completer.submit_group`): they wait as one group, under one future,
@@ -56,6 +68,33 @@ if TYPE_CHECKING:
 log = logging.getLogger("awa_django.worker")
 
 RETRY_DELAY = 0.5
+
+#: Builds the closure written instead of one the database refused (or None
+#: when there is none to write): ``fallback(closure, error)``.
+Fallback = Callable[[Closure, Exception], "Closure | None"]
+
+
+def retryable(exc: BaseException) -> bool:
+    """Whether the same statement may succeed if sent again as it is: the
+    connection was lost or never made, the server is shutting down, or the
+    transaction lost a conflict (deadlock, serialization failure).
+
+    Other operational errors -- a statement timeout, a full disk, a lock
+    timeout -- would fail the same way again: they are not retried.
+    """
+    if not isinstance(exc, psycopg.Error):
+        return False
+    state = exc.sqlstate
+    if state is None:
+        # No SQLSTATE: the client lost (or could not get) its connection.
+        return isinstance(exc, psycopg.OperationalError)
+    return state[:2] in _RETRYABLE_CLASSES or state in _RETRYABLE_STATES
+
+
+#: Connection exceptions and transaction rollbacks (deadlock, serialization).
+_RETRYABLE_CLASSES = frozenset({"08", "40"})
+#: Admin shutdown, crash shutdown, cannot connect now.
+_RETRYABLE_STATES = frozenset({"57P01", "57P02", "57P03"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +139,14 @@ class Completer:
         self.stale = 0
         self._listeners: list[Listener] = []
         self._running: list[Callable[[], int]] = []
+        self._fallback: Fallback | None = None
+        #: Closures the database refused and whose fallback was written instead.
+        self.replaced = 0
+
+    def set_fallback(self, fallback: Fallback) -> None:
+        """Write ``fallback(closure, error)`` instead of a closure that fails
+        on its own for a reason a retry would not cure."""
+        self._fallback = fallback
 
     def subscribe(self, listener: Listener) -> None:
         """Call ``listener(events)`` after every flush."""
@@ -139,7 +186,11 @@ class Completer:
         """Close these attempts (with whatever else is flushed meanwhile); one
         outcome each, in order: applied, stale, or the error that kept it
         from being written."""
-        return list(await self.submit_many(closures))
+        if not closures:
+            return []
+        written, won, failed = await self._close(list(closures))
+        applied = iter(self._settle(written, won))
+        return [failed.get((c.job_id, c.run_lease)) or next(applied) for c in closures]
 
     async def start(self) -> None:
         return None
@@ -150,6 +201,52 @@ class Completer:
     async def run_once(self) -> int:
         """Flush what is pending; returns how many closures were written."""
         return 0
+
+    async def _close(
+        self, closures: list[Closure]
+    ) -> tuple[list[Closure], set[tuple[int, int]], dict[tuple[int, int], Exception]]:
+        """Write ``closures`` (see "Errors" above); returns the closures
+        written (a fallback in place of the one it replaced), the attempts
+        that won, and the errors of those that could not be written at all."""
+        while True:
+            try:
+                return closures, await self._run(close_attempts(closures)), {}
+            except Exception as exc:
+                if retryable(exc):
+                    log.warning("completion flush failed (%s); retrying", exc)
+                    await asyncio.sleep(RETRY_DELAY)
+                    continue
+                if len(closures) > 1:
+                    half = len(closures) // 2
+                    first, won, errors = await self._close(closures[:half])
+                    second, more_won, more = await self._close(closures[half:])
+                    return first + second, won | more_won, {**errors, **more}
+                return await self._fall_back(closures[0], exc)
+
+    async def _fall_back(
+        self, closure: Closure, exc: Exception
+    ) -> tuple[list[Closure], set[tuple[int, int]], dict[tuple[int, int], Exception]]:
+        key = (closure.job_id, closure.run_lease)
+        log.error("job %s: its completion cannot be written: %s", closure.job_id, exc)
+        fallback = self._fallback(closure, exc) if self._fallback is not None else None
+        if fallback is not None:
+            while True:
+                try:
+                    won = await self._run(close_attempts([fallback]))
+                except Exception as again:
+                    if retryable(again):
+                        await asyncio.sleep(RETRY_DELAY)
+                        continue
+                    log.error("job %s: its fallback closure failed too: %s", closure.job_id, again)
+                    break
+                self.replaced += 1
+                log.error(
+                    "job %s: closed as %s instead (the attempt's outcome was not stored)",
+                    closure.job_id,
+                    fallback.target,
+                )
+                return [fallback], won, {}
+        return [], set(), {key: exc}
 
     def _settle(self, closures: Sequence[Closure], won: set[tuple[int, int]]) -> list[bool]:
         results = [(c.job_id, c.run_lease) in won for c in closures]
@@ -256,44 +353,22 @@ class BatchCompleter(Completer):
         if not batch:
             return 0
         closures = [closure for closure, _, _ in batch]
-        won, failed = await self._close(closures)
-        if failed:
-            for closure, group, index in batch:
-                error = failed.get((closure.job_id, closure.run_lease))
-                if error is not None:
-                    group.deliver(index, error)
-            keep = [i for i, c in enumerate(closures) if (c.job_id, c.run_lease) not in failed]
-            batch = [batch[i] for i in keep]
-            closures = [closures[i] for i in keep]
-        for (_, group, index), applied in zip(batch, self._settle(closures, won), strict=True):
-            group.deliver(index, applied)
+        written, won, failed = await self._close(closures)
+        if failed or written is not closures:
+            # Some closures failed, or were split up and maybe replaced by
+            # their fallbacks: match each answer to its submitter by attempt.
+            waiting = {(c.job_id, c.run_lease): (group, index) for c, group, index in batch}
+            for key, error in failed.items():
+                group, index = waiting.pop(key)
+                group.deliver(index, error)
+            applied = self._settle(written, won)
+            for closure, ok in zip(written, applied, strict=True):
+                group, index = waiting.pop((closure.job_id, closure.run_lease))
+                group.deliver(index, ok)
+            return len(written)
+        for (_, group, index), ok in zip(batch, self._settle(closures, won), strict=True):
+            group.deliver(index, ok)
         return len(batch)
-
-    async def _close(
-        self, closures: list[Closure]
-    ) -> tuple[set[tuple[int, int]], dict[tuple[int, int], Exception]]:
-        """Write ``closures``; returns (attempts that won, errors of the unwritable).
-
-        A lost connection is retried as it is: the statement is idempotent per
-        attempt, so a retry at worst reports our own closures as stale.  Any
-        other error splits the batch in halves until the closures that fail
-        on their own are found; only those fail, each batch-mate is written.
-        """
-        while True:
-            try:
-                return await self._run(close_attempts(closures)), {}
-            except (psycopg.OperationalError, psycopg.errors.AdminShutdown) as exc:
-                log.warning("completion flush failed (%s); retrying", exc)
-                await asyncio.sleep(RETRY_DELAY)
-            except Exception as exc:
-                if len(closures) == 1:
-                    closure = closures[0]
-                    log.error("job %s: its completion cannot be written: %s", closure.job_id, exc)
-                    return set(), {(closure.job_id, closure.run_lease): exc}
-                half = len(closures) // 2
-                first, errors = await self._close(closures[:half])
-                second, more = await self._close(closures[half:])
-                return first | second, {**errors, **more}
 
     async def _loop(self) -> None:
         while True:

@@ -55,11 +55,11 @@ from ..conf import awa_settings, unimplemented_settings
 from ..context import JobContext
 from ..cron import sync_declared
 from ..observability.hooks import observers
-from ..records import ClaimedJob
+from ..records import ClaimedJob, Closure
 from ..storage import AsyncRunner
 from ..storage import stripes as stripe_store
 from ..storage.attempts import queues_have_work
-from .closures import handed_back
+from .closures import handed_back, unstorable
 from .completer import BatchCompleter
 from .config import PeriodicConfig, QueuePolicy, WorkerConfig
 from .dispatcher import Dispatcher
@@ -161,6 +161,20 @@ class Worker:
         self.progress = ProgressFlusher(config.progress, run, self._inflight_contexts)
         self.handed_back = 0
         self._run = run
+        self.completer.set_fallback(self._fallback)
+
+    def _fallback(self, closure: Closure, exc: Exception) -> Closure | None:
+        """The closure the completer writes instead of one the database refused:
+        the attempt failed (or dead-lettered, as its queue says).  A
+        hand-back has none: the attempt stays open for the next one."""
+        if closure.outcome == "handed_back":
+            return None
+        key = (closure.job_id, closure.run_lease, closure.claim_nonce)
+        for dispatcher in self.dispatchers:
+            entry = dispatcher.inflight.get(key)  # type: ignore[arg-type]
+            if entry is not None:
+                return unstorable(entry[0], closure, exc, dlq=dispatcher.policy.dlq)
+        return None
 
     def _permits_for(self, policy: QueuePolicy) -> Permits | SharedPermits:
         if self.pool_permits is None:

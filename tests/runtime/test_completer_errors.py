@@ -1,0 +1,107 @@
+"""What the completer does when the database refuses a flush.
+
+Only a lost connection (or a server going away, or a lost conflict) is
+retried as it is.  Anything else -- a statement timeout, a value the
+database refuses -- splits the batch until the closures that fail alone are
+found; their batch-mates are written, and each of them is replaced by its
+fallback (the attempt failed, or dead-lettered) when one is given.
+
+Real PostgreSQL: the timeout is a real ``statement_timeout`` on the
+completer's connections, hit by a real row lock held by the test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import uuid
+
+import psycopg
+import pytest
+from psycopg_pool import AsyncConnectionPool
+
+from awa_django import ops
+from awa_django.runtime.closures import UNSTORABLE, completed, unstorable
+from awa_django.runtime.completer import BatchCompleter
+from awa_django.runtime.config import CompleterConfig
+from awa_django.storage import AsyncRunner
+from awa_django.storage.attempts import claim
+from awa_django.storage.connection import conninfo
+from tests.factories import JobFactory, closure_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+#: Bounds a completer that would otherwise retry forever (the old behaviour).
+GIVE_UP = 20.0
+
+
+@pytest.fixture(autouse=True)
+def _clean(reset_awa):
+    yield
+
+
+async def with_runner(scenario, **options: str):
+    """Run ``scenario(runner)`` on a pool whose sessions have these settings."""
+    kwargs = {"autocommit": True}
+    settings = " ".join(f"-c {key}={value}" for key, value in options.items())
+    pool = AsyncConnectionPool(conninfo(), kwargs={**kwargs, "options": settings}, open=False)
+    async with pool:
+        return await scenario(AsyncRunner(pool))
+
+
+def test_a_statement_timeout_is_not_retried_forever_the_batch_is_split(queue):
+    """One attempt's claim row is locked by someone else: its close times out
+    every time.  Its batch-mate (another claim) is written; it gets the error."""
+    stuck_ref, free_ref = JobFactory(queue=queue), JobFactory(queue=queue)
+
+    async def scenario(run: AsyncRunner):
+        runtime = uuid.uuid4()
+        (stuck,) = await run(claim(queue, 1, runtime, 300.0, 0.0))
+        (free,) = await run(claim(queue, 1, runtime, 300.0, 0.0))
+        async with await psycopg.AsyncConnection.connect(conninfo()) as holder:
+            await holder.execute(
+                "SELECT 1 FROM awa.lease_claim_batches"
+                " WHERE claim_slot = %s AND batch_id = %s FOR UPDATE",
+                [stuck.claim_slot, stuck.batch_id],
+            )
+            batch = BatchCompleter(CompleterConfig(batch_size=2, flush_interval=1.0), run)
+            await batch.start()
+            outcomes = await asyncio.wait_for(
+                batch.submit_group([completed(stuck, None), completed(free, None)]), GIVE_UP
+            )
+            await holder.rollback()
+        await batch.stop()
+        return outcomes
+
+    stuck_outcome, free_outcome = asyncio.run(with_runner(scenario, statement_timeout="300ms"))
+    assert isinstance(stuck_outcome, psycopg.errors.QueryCanceled)
+    assert free_outcome is True
+    assert ops.get_job(free_ref.id).state == "completed"
+    assert ops.get_job(stuck_ref.id).state == "running"  # left open for its hand-back
+
+
+def test_a_closure_the_database_refuses_is_replaced_by_its_fallback(queue):
+    """Defence in depth: whatever the value that made a closure unwritable,
+    the attempt ends (failed here, the DLQ on a queue that has one) instead
+    of being dropped and handed back uncounted."""
+    made = [JobFactory(queue=queue) for _ in range(4)]
+
+    async def scenario(run: AsyncRunner):
+        jobs = await run(claim(queue, 4, uuid.uuid4(), 300.0, 0.0))
+        by_id = {job.job_id: job for job in jobs}
+        batch = BatchCompleter(CompleterConfig(batch_size=4, flush_interval=1.0), run)
+        batch.set_fallback(lambda c, exc: unstorable(by_id[c.job_id], c, exc, dlq=False))
+        closures = [completed(job, None) for job in jobs]
+        # Not JSON: the database refuses this closure, whatever is retried.
+        closures[1] = dataclasses.replace(closure_for(jobs[1], "retryable"), errors="{not json")
+        await batch.start()
+        outcomes = await asyncio.wait_for(batch.submit_group(closures), GIVE_UP)
+        await batch.stop()
+        return outcomes, batch.replaced
+
+    outcomes, replaced = asyncio.run(with_runner(scenario))
+    assert outcomes == [True] * 4 and replaced == 1
+    infos = [ops.get_job(ref.id) for ref in made]
+    assert [info.state for info in infos] == ["completed", "failed", "completed", "completed"]
+    [error] = infos[1].errors
+    assert error["type"] == UNSTORABLE and "retryable outcome" in error["message"]
