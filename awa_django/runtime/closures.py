@@ -177,9 +177,19 @@ def snoozed(job: ClaimedJob, delay: float) -> Closure:
     )
 
 
-def handed_back(job: ClaimedJob | OpenReceipt) -> Closure:
-    """Shutdown gave up on this attempt: run it again soon, uncounted."""
-    return _base(job, SCHEDULED, "handed_back", run_at=_now(), attempt=job.attempt - 1)
+def handed_back(job: ClaimedJob | OpenReceipt, *, counted: bool = False) -> Closure:
+    """Run this attempt again soon: uncounted when shutdown gave up on it,
+    ``counted`` when it is an orphaned receipt (its runtime no longer runs
+    it: the claim's answer was lost, or its closure could not be written).
+
+    Counting orphans is what bounds the hand-backs of one attempt: a job
+    whose every closure were refused would otherwise come back at the same
+    attempt forever; counted, it reaches ``max_attempts`` and is then
+    failed without running (:func:`~.executor.definition_for`).  The price
+    is one attempt for a claim whose answer was lost, which is rare.
+    """
+    attempt = job.attempt if counted else job.attempt - 1
+    return _base(job, SCHEDULED, "handed_back", run_at=_now(), attempt=attempt)
 
 
 def cancelled(job: ClaimedJob, reason: str) -> Closure:

@@ -209,7 +209,13 @@ def definition_for(job: ClaimedJob, *, dlq: bool) -> Job[..., Any] | Closure:
     """The definition that runs ``job``, or the failed closure of an attempt
     none can run: a kind this process does not know (after importing the
     module the job names, see ``registry.find``), or arguments that no
-    longer fit the handler."""
+    longer fit the handler -- or an attempt past ``max_attempts`` (an
+    orphaned receipt is handed back counted, see
+    :func:`~.closures.handed_back`: its count can pass the limit)."""
+    if job.attempt > job.max_attempts:
+        message = f"handed back after its last attempt ({job.max_attempts})"
+        log.error("job %s attempt %s: %s", job.job_id, job.attempt, message)
+        return failed(job, error_entry(job, None, message), dlq=dlq, reason=message)
     definition = registry.find(job.kind, job.metadata)
     if definition is None:
         message = f"unknown job kind: {job.kind}"

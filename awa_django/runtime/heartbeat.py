@@ -114,7 +114,9 @@ class Heartbeat(PeriodicService[dict[str, int]]):
         orphans = [r for r in receipts if _key(r) not in held]
         handed = 0
         if orphans:
-            won = await self._run(close_attempts([handed_back(r) for r in orphans]))
+            # Counted: an attempt dropped by its runtime must not come back
+            # uncounted forever (see closures.handed_back).
+            won = await self._run(close_attempts([handed_back(r, counted=True) for r in orphans]))
             handed = len(won)
             log.warning("handed back %s orphaned receipts of this runtime", handed)
         return {"cancelled": len(closed & still), "handed_back": handed}

@@ -13,10 +13,19 @@ Real PostgreSQL, real workers (in process, or a process for callbacks).
 
 from __future__ import annotations
 
+import asyncio
+import uuid
+
 import pytest
+from psycopg_pool import AsyncConnectionPool
 from testapp import jobs
 
 from awa_django import Cancel, TerminalError, job, ops
+from awa_django.runtime.config import PeriodicConfig
+from awa_django.runtime.heartbeat import Heartbeat
+from awa_django.storage import AsyncRunner
+from awa_django.storage.attempts import claim
+from awa_django.storage.connection import conninfo
 from tests.conftest import run_burst, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -124,3 +133,33 @@ def parked(job_id: int):
         return info.callback_id if info and info.state == "waiting_external" else None
 
     return wait_for(ready, timeout=30)
+
+
+def test_an_orphaned_attempt_is_handed_back_counted_so_it_cannot_loop(queue):
+    """A runtime that drops an attempt (its closure refused, its claim's answer
+    lost) gets it back from its heartbeat: counted, so the same attempt
+    cannot come back forever; past ``max_attempts`` it fails without running."""
+    ref = returns.using(queue=queue, max_attempts=1).enqueue("never runs")
+
+    async def scenario(run: AsyncRunner):
+        runtime = uuid.uuid4()
+        (dropped,) = await run(claim(queue, 1, runtime, 0.0, 0.0))
+        beat = Heartbeat(PeriodicConfig(1e-6), run, runtime)  # runs nothing
+        await beat.register([queue], 1)
+        handed = await beat.run_once()
+        await beat.unregister()
+        return dropped, handed
+
+    dropped, handed = asyncio.run(with_runner(scenario))
+    assert dropped.attempt == 1 and handed["handed_back"] == 1
+    assert ops.get_job(ref.id).attempt == 1  # counted
+
+    run_burst(queue, timeout=20)
+    info = ops.get_job(ref.id)
+    assert RUNS == [] and info.state == "failed"
+    assert "handed back after its last attempt" in info.errors[-1]["message"]
+
+
+async def with_runner(scenario):
+    async with AsyncConnectionPool(conninfo(), kwargs={"autocommit": True}, open=False) as pool:
+        return await scenario(AsyncRunner(pool))
