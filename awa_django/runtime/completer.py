@@ -198,6 +198,15 @@ class Completer:
     async def stop(self) -> None:
         return None
 
+    @property
+    def unwritten(self) -> int:
+        """Closures submitted and not yet written (or failed)."""
+        return 0
+
+    async def flush(self) -> None:
+        """Return once every closure submitted so far is written (or failed)."""
+        return None
+
     async def run_once(self) -> int:
         """Flush what is pending; returns how many closures were written."""
         return 0
@@ -288,6 +297,8 @@ class BatchCompleter(Completer):
         self._filling: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        # The batch run_once is writing (its closures left _pending).
+        self._writing: list[tuple[Closure, _Group, int]] = []
 
     async def submit(self, closure: Closure) -> bool:
         if self._task is None or self._task.done():
@@ -346,6 +357,26 @@ class BatchCompleter(Completer):
             await self._task
             self._task = None
 
+    @property
+    def unwritten(self) -> int:
+        return len(self._pending) + len(self._writing)
+
+    async def flush(self) -> None:
+        """Return once every closure submitted so far is written (or failed).
+
+        Shutdown calls this before it hands back what is still running: an
+        attempt whose handler finished may have its closure waiting here (a
+        slow flush), and a hand-back written first would beat it and run a
+        finished job again.  Waits on the submitters' own futures, so they
+        have taken their answers when this returns.
+        """
+        futures = {id(g.future): g.future for _, g, _ in [*self._writing, *self._pending]}
+        if futures:
+            self._arrived.set()
+            if self._filling is not None:
+                _resolve(self._filling)
+            await asyncio.wait(futures.values())
+
     async def run_once(self) -> int:
         """Flush up to one batch now; returns how many closures were written."""
         size = self.config.batch_size
@@ -353,7 +384,11 @@ class BatchCompleter(Completer):
         if not batch:
             return 0
         closures = [closure for closure, _, _ in batch]
-        written, won, failed = await self._close(closures)
+        self._writing = batch
+        try:
+            written, won, failed = await self._close(closures)
+        finally:
+            self._writing = []
         if failed or written is not closures:
             # Some closures failed, or were split up and maybe replaced by
             # their fallbacks: match each answer to its submitter by attempt.

@@ -65,7 +65,7 @@ from ..observability.hooks import observers
 from ..records import ClaimedJob, Closure
 from ..storage import AsyncRunner
 from ..storage import rate as rate_store
-from ..storage.attempts import claim
+from ..storage.attempts import claim, claim_nonce
 from ..stripes import Rotation
 from . import eager
 from .atomic import Settled
@@ -315,6 +315,9 @@ class Dispatcher:
         self.inflight: dict[
             tuple[int, int, int], tuple[ClaimedJob, JobContext, asyncio.Future[None]]
         ] = {}
+        # Nonces of the claims between their statement and the registration
+        # of their jobs in ``inflight`` (see _claim).
+        self.claiming: set[int] = set()
         # Per claim loop: whether its last claim came back short.
         self._short = [False] * self.claimers
         # Claim statements issued, and those that returned no job: with
@@ -382,6 +385,18 @@ class Dispatcher:
         return await self._claim(0)
 
     async def _claim(self, loop: int) -> list[ClaimedJob]:
+        # Known before the statement and until its jobs are registered in
+        # flight: the heartbeat never takes a receipt of a claim still on its
+        # way here for an orphan (its response may be late, or, under a
+        # fleet rate limit, the refund of unused tokens comes first).
+        nonce = claim_nonce()
+        self.claiming.add(nonce)
+        try:
+            return await self._claim_as(loop, nonce)
+        finally:
+            self.claiming.discard(nonce)
+
+    async def _claim_as(self, loop: int, nonce: int) -> list[ClaimedJob]:
         wanted = 1 + self.permits.take_up_to(self.policy.claim_batch_size - 1)
         fleet = _fleet_rate(self.policy)
         if fleet is not None:
@@ -416,6 +431,7 @@ class Dispatcher:
                     queue.deadline,
                     queue.priority_aging_interval,
                     self.stripes.next(),
+                    nonce,
                 )
             )
         except BaseException:

@@ -23,8 +23,13 @@ it does not run.  A claim can commit while its response is lost (the
 connection dropped on the way back), and nothing would ever close those
 attempts -- stale-heartbeat rescue skips a live runtime, and a queue with
 ``deadline=0`` has no deadline rescue -- so they would stay open and pin
-both rings.  Receipts younger than one heartbeat interval are left alone: a
-claim whose jobs are about to start may not be in memory yet.
+both rings.  Receipts younger than one heartbeat interval are left alone,
+and so are those of a claim a dispatcher still has on its way (its nonce is
+in ``claiming`` from before the statement until its jobs are registered in
+flight): a claim whose response is late, or whose jobs wait for a refund of
+fleet rate tokens, is not orphaned however old its ``claimed_at``.  An
+orphan is handed back counted, so no attempt comes back uncounted forever
+(see :func:`~.closures.handed_back`).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from __future__ import annotations
 import logging
 import socket
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from ..descriptors import Declared
 from ..records import ClaimedJob, OpenReceipt
@@ -61,11 +66,13 @@ class Heartbeat(PeriodicService[dict[str, int]]):
         runtime_id: uuid.UUID,
         inflight: Inflight = nothing_inflight,
         declared: Declared | None = None,
+        claiming: Callable[[], Collection[int]] = frozenset,
     ) -> None:
         super().__init__(config)
         self._run = runner
         self.runtime_id = runtime_id
         self._inflight = inflight
+        self._claiming = claiming
         self._declared = declared
         self._registered: tuple[list[str], int] | None = None
 
@@ -109,9 +116,11 @@ class Heartbeat(PeriodicService[dict[str, int]]):
                 )
                 ctx.cancel()
         receipts = await self._run(orphaned_receipts(self.runtime_id, self.config.interval))
-        # Read the in-flight set again: a claim may have landed meanwhile.
+        # Claims still on their way first, then the in-flight set again (a
+        # claim may have landed meanwhile): no await between the two reads.
+        claiming = self._claiming()
         held = {_key(job) for job, _ in self._inflight()} | running.keys()
-        orphans = [r for r in receipts if _key(r) not in held]
+        orphans = [r for r in receipts if _key(r) not in held and r.claim_nonce not in claiming]
         handed = 0
         if orphans:
             # Counted: an attempt dropped by its runtime must not come back

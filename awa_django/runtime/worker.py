@@ -116,7 +116,12 @@ class Worker:
         self.completer = BatchCompleter(config.completer, run)
         self.leases = LeaseHub(run, config.runtime_id, self._inflight_contexts)
         self.heartbeat = Heartbeat(
-            config.heartbeat, run, config.runtime_id, self._inflight_contexts, config.declared
+            config.heartbeat,
+            run,
+            config.runtime_id,
+            self._inflight_contexts,
+            config.declared,
+            claiming=self._claiming,
         )
         maintenance = config.maintenance_config
         self.maintenance = Maintenance(maintenance) if maintenance is not None else None
@@ -202,6 +207,10 @@ class Worker:
             self.stopping.set()
             if observers.active:
                 observers.runtime("stopping")
+
+    def _claiming(self) -> set[int]:
+        """Nonces of the claims whose jobs are not registered in flight yet."""
+        return {nonce for dispatcher in self.dispatchers for nonce in dispatcher.claiming}
 
     def _inflight_contexts(self) -> Iterator[tuple[ClaimedJob, JobContext]]:
         for dispatcher in self.dispatchers:
@@ -373,6 +382,16 @@ class Worker:
                 "waiting up to %ss for %s in-flight jobs", self.config.shutdown_timeout, len(tasks)
             )
             await asyncio.wait(tasks, timeout=self.config.shutdown_timeout)
+        if self.completer.unwritten:
+            # Attempts whose handlers finished are not unfinished: their
+            # closures may still wait in the completer (a slow flush).  Write
+            # them first, or a hand-back written before them would run a
+            # finished job again (its completion then stale).
+            log.info(
+                "writing %s completions before handing back what still runs",
+                self.completer.unwritten,
+            )
+            await self.completer.flush()
         leftovers = [entry for d in self.dispatchers for entry in d.inflight.values()]
         if not leftovers:
             return

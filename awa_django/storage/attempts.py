@@ -66,6 +66,11 @@ def decode_claimed(rows: list[Row], queue: str, claim_nonce: int) -> list[Claime
     ]
 
 
+def claim_nonce() -> int:
+    """A fresh claim nonce: in the bigint range; not a secret, only unrepeatable."""
+    return random.getrandbits(63)
+
+
 @operation
 def claim(
     queue: str,
@@ -74,6 +79,7 @@ def claim(
     deadline: float,
     aging_interval: float,
     stripes: Sequence[str] = (),
+    nonce: int | None = None,
 ) -> Steps[list[ClaimedJob]]:
     """Claim up to ``limit`` ready jobs of ``queue`` for ``runtime_id``.
 
@@ -82,12 +88,14 @@ def claim(
     ``stripes``: the physical queues of a striped ``queue``, in the order
     to visit them (see :mod:`awa_django.stripes`); none, or one, for an
     unstriped queue.  The jobs carry the logical ``queue``.
-    Each claim draws a fresh random nonce (see :class:`ClaimedJob`); only a
-    claim that committed can be closed, so a reverted one never matches.
+    Each claim draws a fresh random nonce (see :class:`ClaimedJob`), or uses
+    ``nonce`` from :func:`claim_nonce`; only a claim that committed can be
+    closed, so a reverted one never matches.
     Jobs carrying a concurrency key come only with a slot of their key;
     the others of that key wait aside (``v021_concurrency.sql``).
     """
-    nonce = random.getrandbits(63)  # the bigint range; not a secret, only unrepeatable
+    if nonce is None:
+        nonce = claim_nonce()
     if len(stripes) > 1:
         logical, physical = queue, list(stripes)
     else:

@@ -1,0 +1,216 @@
+"""Hand-backs that must not beat the attempts they hand back.
+
+* Shutdown hands back what still runs; an attempt whose handler finished
+  but whose closure still waits in the completer (a slow flush) is not
+  running: its completion is written first, never overtaken by a hand-back.
+* The heartbeat hands back orphaned receipts (claimed by this runtime, run
+  by nothing); a claim whose statement committed and whose jobs are not yet
+  registered in flight is not orphaned.
+
+An in-process worker in the test's own event loop; the slow flush and the
+slow registration are real row locks held by the test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import threading
+
+import psycopg
+import pytest
+from django.db import connections
+
+from awa_django import job, ops
+from awa_django.conf import RateLimit
+from awa_django.runtime.worker import Worker
+from awa_django.storage.connection import conninfo
+from tests.conftest import worker_config
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+#: Bounds each wait, so a regression fails instead of hanging.
+TIMEOUT = 30.0
+RUNS: list[str] = []
+GATE = threading.Event()
+
+
+@pytest.fixture(autouse=True)
+def _clean(reset_awa):
+    RUNS.clear()
+    GATE.clear()
+    yield
+    GATE.set()
+    RUNS.clear()
+
+
+@job(kind="tests.races.gated")
+def gated(label: str) -> str:
+    RUNS.append(f"{label} started")
+    if not GATE.wait(TIMEOUT):
+        raise TimeoutError("the test never opened the gate")
+    RUNS.append(label)
+    return label
+
+
+@job(kind="tests.races.quick")
+async def quick(label: str) -> str:
+    RUNS.append(label)
+    return label
+
+
+async def until(predicate, what: str) -> None:
+    """Poll ``predicate`` (a condition, not a clock) until it holds."""
+    async with asyncio.timeout(TIMEOUT):
+        while not await predicate():
+            await asyncio.sleep(0.01)
+
+
+async def lock_claim_of(holder: psycopg.AsyncConnection, job_id: int) -> None:
+    """Lock the claim row ``job_id``'s attempt closes through: its close waits."""
+    cursor = await holder.execute(
+        "SELECT claim_slot, batch_id FROM awa.open_receipts WHERE job_id = %s", [job_id]
+    )
+    slot, batch = await cursor.fetchone()
+    await holder.execute(
+        "SELECT 1 FROM awa.lease_claim_batches WHERE claim_slot = %s AND batch_id = %s FOR UPDATE",
+        [slot, batch],
+    )
+
+
+async def lock_waiters(holder: psycopg.AsyncConnection) -> int:
+    cursor = await holder.execute(
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    )
+    return (await cursor.fetchone())[0]
+
+
+def test_shutdown_writes_queued_completions_before_handing_back(queue, caplog):
+    """A finished at once; its close waits on a lock.  B ran meanwhile (A's
+    permit came back with its closure) and its closure queues behind A's.
+    Shutdown then finds both still in flight: handing B back first would
+    leave a finished job scheduled to run again."""
+    first = gated.using(queue=queue).enqueue("A")
+    second = quick.using(queue=queue).enqueue("B")
+    caplog.set_level(logging.INFO, logger="awa_django.worker")
+    config = dataclasses.replace(
+        worker_config(queue, burst=False, max_workers=1, claim_batch_size=1),
+        shutdown_timeout=0.05,
+    )
+    worker = Worker(config)
+
+    async def scenario() -> None:
+        running = asyncio.create_task(worker.run())
+        async with await psycopg.AsyncConnection.connect(conninfo()) as holder:
+
+            async def a_started() -> bool:
+                return "A started" in RUNS
+
+            await until(a_started, "A runs")
+            await lock_claim_of(holder, first.id)
+            GATE.set()
+
+            async def b_queued() -> bool:
+                # A's closure is being written (held), B's waits behind it.
+                return "B" in RUNS and len(worker.completer._pending) == 1
+
+            await until(b_queued, "B's closure waits behind A's")
+            worker.request_stop()
+
+            async def decided() -> bool:
+                # Old: the hand-back statement waits on the lock beside A's
+                # close.  New: shutdown says it writes the completions first.
+                flushing = any("before handing back" in r.getMessage() for r in caplog.records)
+                return flushing or await lock_waiters(holder) >= 2
+
+            await until(decided, "shutdown decides what to hand back")
+            await holder.rollback()
+        async with asyncio.timeout(TIMEOUT):
+            await running
+
+    asyncio.run(scenario())
+    assert [ops.get_job(ref.id).state for ref in (first, second)] == ["completed", "completed"]
+    assert RUNS == ["A started", "A", "B"] and worker.handed_back == 0
+
+
+def test_the_heartbeat_leaves_alone_a_claim_not_yet_registered(queue):
+    """Under a fleet rate limit a claim gives back the tokens it did not use
+    between its commit and the registration of its jobs in flight.  The test
+    holds that refund on a row lock; meanwhile a heartbeat (hand-back grace
+    ~0) must not take the committed receipt for an orphan: the job would run
+    twice."""
+    config = worker_config(
+        queue,
+        burst=False,
+        max_workers=4,
+        claim_batch_size=4,
+        rate_limit=RateLimit(max_rate=1000.0, burst=1000),
+        rate_limit_scope="fleet",
+    )
+    worker = Worker(config)
+    made: list[int] = []
+
+    async def scenario() -> dict[str, int]:
+        running = asyncio.create_task(worker.run())
+
+        async def started() -> bool:
+            return worker.started
+
+        await until(started, "the worker runs")
+        connect = psycopg.AsyncConnection.connect
+        async with await connect(conninfo()) as claims, await connect(conninfo()) as refunds:
+            # 1. The claim statement waits (its batch row cannot be inserted)...
+            await claims.execute("LOCK TABLE awa.lease_claim_batches IN EXCLUSIVE MODE")
+            made.append(await asyncio.to_thread(enqueue_quick, queue, "C"))
+
+            async def claim_waits() -> bool:
+                return await lock_waiters(refunds) >= 1
+
+            await until(claim_waits, "the claim waits")
+            # 2. ... having taken its tokens: hold their row, then let it commit.
+            await refunds.execute(
+                "SELECT 1 FROM awa.rate_buckets WHERE queue = %s FOR UPDATE", [queue]
+            )
+            await claims.rollback()
+
+            async def claimed_not_registered() -> bool:
+                cursor = await refunds.execute(
+                    "SELECT count(*) FROM awa.open_receipts WHERE job_id = %s", made
+                )
+                committed = (await cursor.fetchone())[0] == 1
+                return committed and await lock_waiters(claims) >= 1
+
+            await until(claimed_not_registered, "the claim committed, its refund waits")
+            assert not any(d.inflight for d in worker.dispatchers)
+            beat = worker.heartbeat
+            interval, beat.config = beat.config, dataclasses.replace(beat.config, interval=1e-6)
+            try:
+                handed = await beat.run_once()
+            finally:
+                beat.config = interval
+            await refunds.rollback()
+
+            async def completed() -> bool:
+                cursor = await claims.execute("SELECT state FROM awa.jobs WHERE id = %s", made)
+                return (await cursor.fetchone()) == ("completed",)
+
+            await until(completed, "C completes")
+            await claims.rollback()
+        worker.request_stop()
+        async with asyncio.timeout(TIMEOUT):
+            await running
+        return handed
+
+    handed = asyncio.run(scenario())
+    assert handed["handed_back"] == 0
+    assert RUNS == ["C"] and ops.get_job(made[0]).state == "completed"
+
+
+def enqueue_quick(queue: str, label: str) -> int:
+    """Enqueue from a thread of its own (the test's loop runs the worker)."""
+    try:
+        return quick.using(queue=queue).enqueue(label).id
+    finally:
+        connections.close_all()
