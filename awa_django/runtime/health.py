@@ -31,7 +31,12 @@ Bodies are JSON: ``{"status": "ok" | "unavailable", "reason": ..., "checks":
 {name: {"ok": ..., ...}}}``, ``reason`` naming the first failing check.
 Only GET and HEAD are served (405 otherwise, 404 for other paths), one
 request per connection (``Connection: close``), with a request head of at
-most :data:`MAX_REQUEST_BYTES` sent within :data:`REQUEST_TIMEOUT`.
+most :data:`MAX_REQUEST_BYTES` sent within :data:`REQUEST_TIMEOUT`.  At most
+:data:`MAX_CONNECTIONS` connections are served at once; one beyond them is
+answered 503 at once, without reading, and closed: clients that open
+connections and send nothing hold a socket each for up to
+:data:`REQUEST_TIMEOUT`, and must not take the file descriptors the worker
+needs for its database connections.
 
 ``--processes N``: children cannot share one port, and operators expect one
 probe per pod, so the supervisor serves the listener (on a thread with an
@@ -93,6 +98,8 @@ DATABASE_TIMEOUT = 2.0
 MAX_REQUEST_BYTES = 8192
 #: Seconds a client has to send its request head.
 REQUEST_TIMEOUT = 5.0
+#: Connections served at once; further ones are answered 503 and closed.
+MAX_CONNECTIONS = 64
 #: Seconds between two readiness checks of a child of ``--processes``.
 REPORT_INTERVAL = 1.0
 #: Bytes of shared memory per child for its report.
@@ -274,10 +281,14 @@ class HealthListener:
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
-        if task is not None:
+        full = len(self._handlers) >= MAX_CONNECTIONS
+        if task is not None and not full:
             self._handlers.add(task)
         try:
-            response = await self._respond(reader)
+            if full:
+                response = _error(503, f"too many connections (at most {MAX_CONNECTIONS} at once)")
+            else:
+                response = await self._respond(reader)
             if response:
                 writer.write(response)
                 await writer.drain()
