@@ -8,11 +8,11 @@ message or a callback's error holding one would make the closure of its
 attempt unwritable, so whatever goes into a ``jsonb`` value or a ``text``
 column from a handler or a callback sender passes through here first.
 
-The rule (documented in ``docs/reference/outcomes.md``): each NUL becomes
-the four characters ``\\x00`` and each lone surrogate the six characters
-of its escape (``\\ud800``), the way Python's ``repr`` and
-``backslashreplace`` spell them; dict keys are cleaned like values.
-Everything else is kept as it is.
+The rule (documented in ``docs/howto/retries.md``, "Characters PostgreSQL
+cannot store"): each NUL becomes the four characters ``\\x00`` and each
+lone surrogate the six characters of its escape (``\\ud800``), the way
+Python's ``repr`` and ``backslashreplace`` spell them; dict keys are
+cleaned like values.  Everything else is kept as it is.
 
 Cost: ordinary text is returned as it came, after one scan in C
 (``str.isascii`` and ``in`` for ASCII, one regex search otherwise); only
