@@ -18,6 +18,8 @@ Shutdown (SIGTERM/SIGINT, or ``--burst`` finding nothing left):
 
 1. dispatchers stop claiming (never mid-claim);
 2. in-flight jobs get ``shutdown_timeout`` seconds to finish and complete;
+   the completions of those that finished are then written (a slow flush
+   may still hold them), so none is handed back after its handler ran;
 3. whatever is still running is handed back: its context is cancelled and
    its attempt closed as ``handed_back`` into ``deferred_jobs`` due now and
    uncounted, so another worker runs it again (a late completion from the
