@@ -67,6 +67,13 @@ def returns(text: str) -> dict:
     return {"text": text}
 
 
+def ran(handler, queue: str, poison: str):
+    """``handler(poison)`` run by a burst worker; the job's info afterwards."""
+    ref = handler.using(queue=queue).enqueue(poison)
+    run_burst(queue, timeout=20)
+    return ops.get_job(ref.id)
+
+
 @pytest.mark.parametrize(("poison", "stored"), POISONS, ids=["nul", "surrogate"])
 def test_an_error_message_with_a_poison_character_ends_at_max_attempts(queue, poison, stored):
     """The reported loop: ValueError("bad byte \\x00 here") ran forever."""
@@ -83,30 +90,21 @@ def test_an_error_message_with_a_poison_character_ends_at_max_attempts(queue, po
 
 @pytest.mark.parametrize(("poison", "stored"), POISONS, ids=["nul", "surrogate"])
 def test_a_cancel_reason_with_a_poison_character_cancels(queue, poison, stored):
-    ref = cancels.using(queue=queue).enqueue(poison)
-    run_burst(queue, timeout=20)
-
-    info = ops.get_job(ref.id)
+    info = ran(cancels, queue, poison)
     assert info.state == "cancelled"
     assert info.errors[-1]["message"] == stored
 
 
 @pytest.mark.parametrize(("poison", "stored"), POISONS, ids=["nul", "surrogate"])
 def test_progress_with_a_poison_character_is_kept_escaped(queue, poison, stored):
-    ref = progress.using(queue=queue).enqueue(poison)
-    run_burst(queue, timeout=20)
-
-    info = ops.get_job(ref.id)
+    info = ran(progress, queue, poison)
     assert info.state == "failed"
     assert info.progress == {"percent": 50, "message": stored, "checkpoint": {stored: stored}}
 
 
 @pytest.mark.parametrize("poison", [NUL, SURROGATE], ids=["nul", "surrogate"])
 def test_a_return_value_with_a_poison_character_is_kept(queue, poison):
-    ref = returns.using(queue=queue).enqueue(poison)
-    run_burst(queue, timeout=20)
-
-    info = ops.get_job(ref.id)
+    info = ran(returns, queue, poison)
     assert (info.state, info.return_value) == ("completed", {"text": poison})
 
 

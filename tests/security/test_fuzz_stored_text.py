@@ -15,7 +15,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from awa_django import CallbackNotFound, InvalidJob, ops
@@ -26,17 +26,10 @@ from awa_django.runtime.executor import context_for
 from awa_django.storage import run
 from awa_django.storage.attempts import claim, close_attempts
 from tests.factories import JobFactory
+from tests.storage.test_fuzz_enqueue import FUZZ, any_text
 
 pytestmark = pytest.mark.django_db
 
-FUZZ = settings(
-    max_examples=60,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-
-#: Every code point, lone surrogates and NUL included.
-any_text = st.text(st.characters(codec=None, min_codepoint=0), max_size=40)
 #: Text that surely holds a NUL or a lone surrogate.
 poisoned = st.tuples(any_text, st.sampled_from(["\x00", "\ud800", "\udfff"]), any_text).map("".join)
 text = st.one_of(any_text, poisoned)
