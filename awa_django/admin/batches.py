@@ -17,7 +17,7 @@ from django.http import HttpRequest, HttpResponse, QueryDict
 from .. import ops
 from ..exceptions import InvalidJob
 from ..records import BATCH_OP_JOB_STATES, BatchOperation, describe_batch_operation
-from .base import ConsoleAdmin
+from .base import BULK, ConsoleAdmin
 
 #: Operations listed, newest first (finished ones are kept for
 #: ``BATCH_OP_RETENTION_DAYS``).
@@ -52,6 +52,8 @@ def progress_percent(op: BatchOperation) -> int:
 class BatchOperationAdmin(ConsoleAdmin):
     list_template = "batches.html"
     object_actions = {"cancel": "Cancel"}
+    # Submitting an operation (the form, ``action/``) changes jobs.
+    action_models = {BULK: ("batchoperation", "job")}
 
     def list_context(self, request: HttpRequest) -> dict[str, Any]:
         operations = ops.list_batch_operations(limit=PAGE_SIZE)
@@ -61,7 +63,7 @@ class BatchOperationAdmin(ConsoleAdmin):
             "operations": list(OPERATIONS.items()),
             "job_states": BATCH_OP_JOB_STATES,
             "priorities": (1, 2, 3, 4),
-            "queues": [q.name for q in ops.list_queues()] if self.may_act(request) else [],
+            "queues": [q.name for q in ops.list_queues()] if self.may_act(request, BULK) else [],
             "here": request.get_full_path(),
         }
 

@@ -105,6 +105,13 @@ class JobAdmin(ConsoleAdmin):
         "dlq_retry": "Retry from the DLQ",
         "dlq_purge": "Purge from the DLQ",
     }
+    # Moving a failed job to the DLQ makes a dead letter; the dlq_* actions
+    # change a dead letter: the DLQ page's permission, whatever page asks.
+    action_models = {
+        "dlq": ("job", "deadletter"),
+        "dlq_retry": ("deadletter",),
+        "dlq_purge": ("deadletter",),
+    }
 
     def list_context(self, request: HttpRequest) -> dict[str, Any]:
         problems: list[str] = []
@@ -188,6 +195,7 @@ class JobAdmin(ConsoleAdmin):
         available = [
             (name, self.object_actions[name], dlq_list if name == "dlq_purge" else "")
             for name in names
+            if self.may_act(request, name)
         ]
         return {
             "title": f"{job.kind} #{job.id}",
