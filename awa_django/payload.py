@@ -17,6 +17,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from . import clock
 from .conf import QUEUE_NAME_RE
 from .exceptions import InvalidJob
 
@@ -65,6 +66,11 @@ def check_kind(kind: Any) -> str:
     return kind
 
 
+#: The longest delay a job can be given (100 years): further out, a
+#: timestamp no longer fits datetime or PostgreSQL's timestamptz.
+MAX_DELAY_SECONDS = 100 * 365 * 86400
+
+
 def check_run_at(run_at: Any) -> dt.datetime | None:
     if run_at is None:
         return None
@@ -75,12 +81,20 @@ def check_run_at(run_at: Any) -> dt.datetime | None:
             "run_at must be timezone-aware (use django.utils.timezone.now() or "
             "datetime(..., tzinfo=datetime.UTC)); got a naive datetime"
         )
+    # The same horizon as run_in: a time PostgreSQL stores but Python cannot
+    # read back (after 9999-12-31 UTC, e.g. datetime.max in a zone west of
+    # UTC) would leave a job that breaks every listing of it.
+    try:
+        utc = run_at.astimezone(dt.UTC)
+        latest = clock.now() + dt.timedelta(seconds=MAX_DELAY_SECONDS)
+    except OverflowError:
+        utc = None
+    if utc is None or utc > latest or utc.year < 2:
+        raise InvalidJob(
+            f"run_at must be at most {MAX_DELAY_SECONDS} seconds (100 years) from now and "
+            f"representable in UTC, got {run_at.isoformat()}"
+        )
     return run_at
-
-
-#: The longest delay a job can be given (100 years): further out, a
-#: timestamp no longer fits datetime or PostgreSQL's timestamptz.
-MAX_DELAY_SECONDS = 100 * 365 * 86400
 
 
 def seconds(value: Any, field: str) -> float:
