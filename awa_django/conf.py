@@ -569,8 +569,9 @@ SETTING_DESCRIPTIONS: Mapping[str, str] = {
     "(retry, cancel, purge, pause, resume, drain, trigger, batch operations) and deny "
     "add/change/delete. "
     "The console also turns read-only by itself when the database is a read-only replica.",
-    "MAX_PAYLOAD_BYTES": "Largest JSON text of a job's args plus kwargs, in bytes; a bigger "
-    "enqueue raises ``InvalidJob``.  Also the largest request body the callback receiver reads.",
+    "MAX_PAYLOAD_BYTES": "Largest JSON text of a job's args plus kwargs, in bytes, and "
+    "separately of its metadata; a bigger enqueue raises ``InvalidJob``.  Also the largest "
+    "request body the callback receiver reads.",
     "HEARTBEAT_INTERVAL": "How often a worker process refreshes its heartbeat (one UPDATE "
     "covers every attempt it runs).",
     "HEARTBEAT_STALENESS": "A worker whose heartbeat is older than this is presumed dead and "

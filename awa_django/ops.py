@@ -46,11 +46,35 @@ from .storage import queues as queue_store
 from .storage import runtimes as runtime_store
 from .storage.base import run
 
+#: Ids are PostgreSQL ``bigint``s: anything outside cannot name a job.
+MAX_ID = 2**63 - 1
+
 
 def _check_id(job_id: object, what: str = "job id") -> int:
     if not isinstance(job_id, int) or isinstance(job_id, bool):
         raise InvalidJob(f"{what} must be an integer, got {job_id!r}")
+    if not -MAX_ID - 1 <= job_id <= MAX_ID:
+        raise InvalidJob(f"{what} must fit a 64-bit integer, got {job_id}")
     return job_id
+
+
+#: Longest text a filter (kind, tag) can usefully hold.
+MAX_FILTER_LENGTH = 1024
+
+
+def _check_filter(value: str | None, what: str) -> None:
+    """A text filter PostgreSQL can take: a str without NUL, valid UTF-8."""
+    if value is None:
+        return
+    if not isinstance(value, str) or len(value) > MAX_FILTER_LENGTH or "\x00" in value:
+        raise InvalidJob(
+            f"{what} filter must be text of at most {MAX_FILTER_LENGTH} characters "
+            f"without NUL, got {value!r:.100}"
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidJob(f"{what} filter holds a lone surrogate: {value!r:.100}") from None
 
 
 def _check_state(state: str | None) -> None:
@@ -93,6 +117,7 @@ def list_jobs(
     if queue is not None:
         check_queue(queue)
     _check_state(state)
+    _check_filter(kind, "kind")
     return run(
         job_store.list_jobs(queue=queue, state=state, kind=kind, limit=_check_limit(limit)),
         database,
@@ -126,6 +151,8 @@ def browse_jobs(
         check_priority(priority)
     if before is not None:
         _check_id(before)
+    _check_filter(kind, "kind")
+    _check_filter(tag, "tag")
     return run(
         job_store.browse(
             before=before,
@@ -307,6 +334,7 @@ def dlq_list(
     """Dead-letter entries matching every given filter, most recently moved first."""
     if queue is not None:
         check_queue(queue)
+    _check_filter(kind, "kind")
     return run(dlq_store.dlq_list(queue=queue, kind=kind, limit=_check_limit(limit)), database)
 
 
@@ -316,6 +344,7 @@ def dlq_count(
     """How many dead-lettered jobs match every given filter."""
     if queue is not None:
         check_queue(queue)
+    _check_filter(kind, "kind")
     return run(dlq_store.count(queue=queue, kind=kind), database)
 
 
@@ -355,6 +384,7 @@ def _dlq_filter(
 ) -> dict[str, Any]:
     if queue is not None:
         check_queue(queue)
+    _check_filter(kind, "kind")
     if moved_before is not None and (
         not isinstance(moved_before, dt.datetime) or moved_before.tzinfo is None
     ):
@@ -442,6 +472,7 @@ amove_failed_to_dlq = sync_to_async(move_failed_to_dlq)
 def _schedule_name(name: object) -> str:
     if not isinstance(name, str) or not name:
         raise InvalidJob(f"a periodic schedule name must be a non-empty string, got {name!r}")
+    _check_filter(name, "periodic schedule name")
     return name
 
 

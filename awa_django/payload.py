@@ -23,6 +23,10 @@ from .exceptions import InvalidJob
 
 MAX_KIND_LENGTH = 255
 MAX_TAGS = 64
+#: Longest tag, in characters.
+MAX_TAG_LENGTH = 255
+#: Longest ordering key: characters of a str, bytes of a bytes key.
+MAX_ORDERING_KEY_LENGTH = 255
 MAX_ATTEMPTS_LIMIT = 10_000
 
 
@@ -119,9 +123,14 @@ def check_tags(tags: Any) -> list[str]:
         raise InvalidJob("tags must be a list of strings")
     result = list(tags)
     if len(result) > MAX_TAGS or not all(
-        isinstance(tag, str) and tag and "\x00" not in tag for tag in result
+        isinstance(tag, str) and 0 < len(tag) <= MAX_TAG_LENGTH and "\x00" not in tag
+        for tag in result
     ):
-        raise InvalidJob(f"tags must be at most {MAX_TAGS} non-empty strings, got {tags!r}")
+        shown = repr(result) if len(repr(result)) <= 200 else repr(result)[:200] + "..."
+        raise InvalidJob(
+            f"tags must be at most {MAX_TAGS} non-empty strings of at most {MAX_TAG_LENGTH} "
+            f"characters without NUL, got {shown}"
+        )
     return result
 
 
@@ -129,10 +138,15 @@ def check_ordering_key(key: Any) -> str | None:
     if key is None:
         return None
     if isinstance(key, bytes | bytearray | memoryview):
-        return "x" + bytes(key).hex()
+        raw = bytes(key)
+        if len(raw) > MAX_ORDERING_KEY_LENGTH:
+            raise InvalidJob(f"ordering_key is longer than {MAX_ORDERING_KEY_LENGTH} bytes")
+        return "x" + raw.hex()
     if isinstance(key, str) and "\x00" not in key:
+        if len(key) > MAX_ORDERING_KEY_LENGTH:
+            raise InvalidJob(f"ordering_key is longer than {MAX_ORDERING_KEY_LENGTH} characters")
         return key
-    raise InvalidJob(f"ordering_key must be str or bytes, got {type(key).__name__}")
+    raise InvalidJob(f"ordering_key must be str or bytes without NUL, got {type(key).__name__}")
 
 
 #: How deeply lists and dicts may nest in a job's JSON: deeper, the
@@ -192,6 +206,19 @@ def check_metadata(metadata: Any) -> str:
     if "\\u0000" in text:
         raise InvalidJob("metadata must not contain NUL characters")
     return text
+
+
+def check_metadata_size(metadata_json: str, limit: int) -> str:
+    """``metadata_json`` if it is at most ``limit`` bytes (``MAX_PAYLOAD_BYTES``)."""
+    size = len(metadata_json)
+    if size > limit or not metadata_json.isascii():
+        size = len(metadata_json.encode("utf-8", "surrogatepass"))
+    if size > limit:
+        raise InvalidJob(
+            f"metadata is {size} bytes as JSON, over the limit of {limit} "
+            "(settings.AWA['MAX_PAYLOAD_BYTES'])"
+        )
+    return metadata_json
 
 
 #: The metadata key holding the W3C traceparent captured at enqueue.

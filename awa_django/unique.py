@@ -84,7 +84,16 @@ class Unique:
             moment = time.time() if now is None else now
             period = cast(float, self.by_period)  # a timedelta became seconds in __post_init__
             document["period"] = [period, int(moment // period)]
-        return hashlib.sha256(canonical_json(document).encode()).hexdigest()
+        try:
+            canonical = canonical_json(document).encode()
+        except UnicodeEncodeError:
+            # Arguments may carry lone surrogates (stored escaped), but the
+            # key normalises text (NFC), which only valid Unicode has.
+            raise InvalidJob(
+                "a unique job's arguments must be valid Unicode text: they hold a lone "
+                "surrogate (e.g. '\\ud800')"
+            ) from None
+        return hashlib.sha256(canonical).hexdigest()
 
 
 def canonical_json(value: Any) -> str:

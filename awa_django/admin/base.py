@@ -26,6 +26,7 @@ hot standby).  Actions are then neither offered nor accepted (403).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -44,6 +45,22 @@ from ..storage.base import run
 
 #: The key of ``ConsoleAdmin.action_models`` for the list's bulk actions.
 BULK = "bulk"
+#: Ids are PostgreSQL bigints.
+MAX_ID = 2**63 - 1
+_DIGITS = re.compile(r"[0-9]{1,19}")
+
+
+def parse_id(text: str, low: int = 1, high: int = MAX_ID) -> int | None:
+    """``text`` as an integer from ``low`` to ``high``, or None.
+
+    ASCII digits only: ``str.isdigit()`` also takes ``"²"``, which ``int()``
+    then refuses, and a number past a bigint would reach the database.
+    """
+    text = text.strip()
+    if not _DIGITS.fullmatch(text):
+        return None
+    value = int(text)
+    return value if low <= value <= high else None
 
 
 def read_only(request: HttpRequest) -> bool:
@@ -202,7 +219,8 @@ class ConsoleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     @staticmethod
     def selected_ids(request: HttpRequest) -> list[int]:
         """The ids ticked in a list's checkboxes, sorted, without duplicates."""
-        return sorted({int(v) for v in request.POST.getlist("_selected_action") if v.isdigit()})
+        parsed = (parse_id(v) for v in request.POST.getlist("_selected_action"))
+        return sorted({v for v in parsed if v is not None})
 
     def _apply(self, request: HttpRequest, call: Callable[[], str]) -> None:
         try:

@@ -97,7 +97,10 @@ class QueueAdmin(ConsoleAdmin):
     def object_action_view(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
         if action == "drain" and "confirm" not in request.POST:
             self.check_act(request, action)
-            queue = ops.get_queue(object_id)
+            try:
+                queue = ops.get_queue(object_id)
+            except InvalidJob as exc:
+                raise Http404(str(exc)) from None
             pending = sum(queue.counts[s] for s in BACKLOG_STATES)
             return self.render(
                 request,
