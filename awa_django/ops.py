@@ -46,7 +46,7 @@ from .storage import queues as queue_store
 from .storage import runtimes as runtime_store
 from .storage.base import run
 
-#: Ids are PostgreSQL ``bigint``s: anything outside cannot name a job.
+#: Ids are PostgreSQL ``bigint`` values: anything outside cannot name a job.
 MAX_ID = 2**63 - 1
 
 
