@@ -64,8 +64,22 @@ def check_max_attempts(max_attempts: Any) -> int:
     return max_attempts
 
 
+def storable(text: str) -> bool:
+    """Whether PostgreSQL can store ``text`` as ``text``: no NUL, valid UTF-8
+    (no lone surrogate)."""
+    if "\x00" in text:
+        return False
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def check_kind(kind: Any) -> str:
-    if not isinstance(kind, str) or not kind or len(kind) > MAX_KIND_LENGTH or "\x00" in kind:
+    if not isinstance(kind, str) or not kind or len(kind) > MAX_KIND_LENGTH or not storable(kind):
         raise InvalidJob(f"invalid job kind {kind!r}: must be a non-empty string of at most 255")
     return kind
 
@@ -123,13 +137,12 @@ def check_tags(tags: Any) -> list[str]:
         raise InvalidJob("tags must be a list of strings")
     result = list(tags)
     if len(result) > MAX_TAGS or not all(
-        isinstance(tag, str) and 0 < len(tag) <= MAX_TAG_LENGTH and "\x00" not in tag
-        for tag in result
+        isinstance(tag, str) and 0 < len(tag) <= MAX_TAG_LENGTH and storable(tag) for tag in result
     ):
         shown = repr(result) if len(repr(result)) <= 200 else repr(result)[:200] + "..."
         raise InvalidJob(
             f"tags must be at most {MAX_TAGS} non-empty strings of at most {MAX_TAG_LENGTH} "
-            f"characters without NUL, got {shown}"
+            f"characters without NUL or lone surrogates, got {shown}"
         )
     return result
 
@@ -142,11 +155,14 @@ def check_ordering_key(key: Any) -> str | None:
         if len(raw) > MAX_ORDERING_KEY_LENGTH:
             raise InvalidJob(f"ordering_key is longer than {MAX_ORDERING_KEY_LENGTH} bytes")
         return "x" + raw.hex()
-    if isinstance(key, str) and "\x00" not in key:
+    if isinstance(key, str) and storable(key):
         if len(key) > MAX_ORDERING_KEY_LENGTH:
             raise InvalidJob(f"ordering_key is longer than {MAX_ORDERING_KEY_LENGTH} characters")
         return key
-    raise InvalidJob(f"ordering_key must be str or bytes without NUL, got {type(key).__name__}")
+    raise InvalidJob(
+        "ordering_key must be bytes or a str without NUL or lone surrogates, "
+        f"got {type(key).__name__}"
+    )
 
 
 #: How deeply lists and dicts may nest in a job's JSON: deeper, the
@@ -205,6 +221,10 @@ def check_metadata(metadata: Any) -> str:
     text = to_json(dict(metadata), "metadata")
     if "\\u0000" in text:
         raise InvalidJob("metadata must not contain NUL characters")
+    if "\\u" in text and not storable(_ENCODER.encode(dict(metadata))):
+        # to_json escaped a lone surrogate, which PostgreSQL's JSON parser
+        # refuses in this column.
+        raise InvalidJob("metadata must not contain lone surrogates")
     return text
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from .exceptions import InvalidJob
+from .payload import MAX_DELAY_SECONDS
 from .records import JOB_STATES
 
 #: The states in which a unique job keeps its key by default: every state
@@ -56,9 +57,14 @@ class Unique:
         if period is not None:
             if isinstance(period, dt.timedelta):
                 period = period.total_seconds()
-            if not isinstance(period, int | float) or isinstance(period, bool) or period <= 0:
+            if (
+                not isinstance(period, int | float)
+                or isinstance(period, bool)
+                or not 0 < period <= MAX_DELAY_SECONDS  # NaN fails this too
+            ):
                 raise InvalidJob(
-                    f"Unique.by_period must be a positive number of seconds, got {self.by_period!r}"
+                    "Unique.by_period must be a positive number of seconds (at most 100 "
+                    f"years), got {self.by_period!r:.60}"
                 )
             object.__setattr__(self, "by_period", float(period))
         given = cast(Any, self.states)  # a lone string is one state, not its letters
