@@ -159,7 +159,7 @@ def _parse(body: bytes) -> dict[str, Any]:
         return {}
     try:
         data = json.loads(body, parse_constant=_no_constant)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, a 5000-digit number
         raise _Rejected(400, f"malformed JSON: {exc}") from None
     except RecursionError:
         raise _Rejected(400, "malformed JSON: nested too deeply") from None
