@@ -320,7 +320,7 @@ def resume_external(
 
 def _check_limit(limit: object) -> int:
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_ID:
-        raise InvalidJob(f"limit must be a positive 64-bit integer, got {limit!r:.40}")
+        raise InvalidJob(f"limit must be a positive integer (64-bit), got {limit!r:.40}")
     return limit
 
 
