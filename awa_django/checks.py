@@ -11,6 +11,7 @@ awa substrate is installed at the version this code needs, and
 from __future__ import annotations
 
 import importlib
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,8 +19,10 @@ from django.apps import AppConfig
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Info, Tags, register
 from django.core.checks import Warning as CheckWarning
+from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections
 from django.db.migrations.loader import MigrationLoader
+from django.urls import NoReverseMatch, reverse
 
 from .conf import AwaSettings, QueueConfig, parse_settings, unimplemented_settings
 from .storage import substrate
@@ -123,6 +126,36 @@ def _telemetry(parsed: AwaSettings) -> list[CheckMessage]:
             )
         ]
     return []
+
+
+@register(APP_LABEL, Tags.security)
+def check_callback_secret(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """W005: the callback receiver is routed but ``CALLBACK_HMAC_SECRET`` is not set.
+
+    Anyone who can reach the URL and learns a live callback id can then
+    complete, fail, retry or resume it.  Routed means ``awa:callback``
+    reverses in the root URLconf.
+    """
+    parsed, problems = parse_settings(getattr(settings, "AWA", None))
+    if problems or parsed.callback_hmac_secret is not None:
+        return []  # invalid settings are check_settings' to report
+    try:
+        where = reverse("awa:callback", kwargs={"callback_id": uuid.UUID(int=0), "action": "retry"})
+    except (NoReverseMatch, ImproperlyConfigured):
+        return []
+    return [
+        CheckWarning(
+            f"the callback receiver is routed ({where.rsplit('/', 2)[0]}/...) but "
+            "AWA[CALLBACK_HMAC_SECRET] is not set: anyone who can reach it and knows a live "
+            "callback id can resolve that callback",
+            hint="Set AWA['CALLBACK_HMAC_SECRET'] and sign requests with X-Awa-Timestamp and "
+            "X-Awa-Signature (see the callback receiver how-to), or do not include "
+            "awa_django.urls where the callback senders cannot be trusted.",
+            id="awa_django.W005",
+        )
+    ]
 
 
 def _pending_migrations(alias: str) -> int:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .exceptions import InvalidJob
-from .payload import to_json
+from .payload import storable, to_json
 
 #: Metadata key holding a job's concurrency key (a string).
 CONCURRENCY_KEY = "awa:concurrency_key"
@@ -40,8 +40,8 @@ def check_key(key: object) -> str:
         raise InvalidJob(f"concurrency_key must be a non-empty string, got {key!r}")
     if len(key) > MAX_KEY_LENGTH:
         raise InvalidJob(f"concurrency_key is longer than {MAX_KEY_LENGTH} characters")
-    if "\x00" in key:
-        raise InvalidJob("concurrency_key must not contain NUL characters")
+    if not storable(key):
+        raise InvalidJob("concurrency_key must not contain NUL characters or lone surrogates")
     return key
 
 

@@ -89,7 +89,9 @@ class AwaSettings:
     global_max_workers: int | None = None
     dlq_enabled_by_default: bool = False
     queue_dlq: Mapping[str, bool] = field(default_factory=dict)
-    callback_hmac_secret: str | None = None
+    #: The keys of the callback receiver, as bytes; the first is the one
+    #: senders sign with, every one verifies (rotation).  None: unsigned.
+    callback_hmac_secret: tuple[bytes, ...] | None = None
     admin_read_only: bool = False
     max_payload_bytes: int = 1_048_576
     heartbeat_interval: float = 30.0
@@ -236,10 +238,24 @@ def _database(value: Any) -> str:
     return value
 
 
-def _secret(value: Any) -> str:
+def _one_secret(value: Any) -> bytes:
     if not isinstance(value, str | bytes) or not value:
-        raise _InvalidError("expected a non-empty string")
-    return value.decode() if isinstance(value, bytes) else value
+        raise _InvalidError(f"expected a non-empty str or bytes, got {type(value).__name__}")
+    if isinstance(value, bytes):
+        return value  # any bytes: a key need not be text
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _InvalidError("a str secret must be encodable as UTF-8") from None
+
+
+def _secrets(value: Any) -> tuple[bytes, ...]:
+    """One secret, or a non-empty list of them (the first signs, any verifies)."""
+    if isinstance(value, list | tuple):
+        if not value:
+            raise _InvalidError("expected at least one secret in the list")
+        return tuple(_one_secret(item) for item in value)
+    return (_one_secret(value),)
 
 
 def _rate_limit(value: Any) -> RateLimit:
@@ -299,7 +315,9 @@ _TOP_KEYS: dict[str, _Parser] = {
     "DATABASE": _Parser(_database, "an alias of settings.DATABASES"),
     "GLOBAL_MAX_WORKERS": _optional(_bounded(1)),
     "DLQ_ENABLED_BY_DEFAULT": _BOOL,
-    "CALLBACK_HMAC_SECRET": _optional(_Parser(_secret, "non-empty str or bytes")),
+    "CALLBACK_HMAC_SECRET": _optional(
+        _Parser(_secrets, "non-empty str or bytes, or a list of them (the first signs)")
+    ),
     "ADMIN_READ_ONLY": _BOOL,
     "MAX_PAYLOAD_BYTES": _bounded(1),
     "HEARTBEAT_INTERVAL": _POSITIVE_SECONDS,
@@ -542,13 +560,18 @@ SETTING_DESCRIPTIONS: Mapping[str, str] = {
     "its queues (each gets its ``min_workers``, the rest goes by ``weight`` to the queues that "
     "have work). ``None``: each queue has its own ``max_workers``. At least the sum of the "
     "queues' ``min_workers``.",
-    "CALLBACK_HMAC_SECRET": "Key that signs requests of the external-callback receiver.",
+    "CALLBACK_HMAC_SECRET": "Key that signs requests of the external-callback receiver "
+    "(``X-Awa-Timestamp`` and ``X-Awa-Signature``, see the callback receiver how-to). A str "
+    "(UTF-8) or bytes; a list of them to rotate keys: senders sign with the first, a request "
+    "signed with any of them is accepted. ``None``: requests are not verified (a system check "
+    "warns when the receiver is routed).",
     "ADMIN_READ_ONLY": "Remove and refuse every mutating action of the admin console "
     "(retry, cancel, purge, pause, resume, drain, trigger, batch operations) and deny "
     "add/change/delete. "
     "The console also turns read-only by itself when the database is a read-only replica.",
-    "MAX_PAYLOAD_BYTES": "Largest JSON text of a job's args plus kwargs, in bytes; a bigger "
-    "enqueue raises ``InvalidJob``.  Also the largest request body the callback receiver reads.",
+    "MAX_PAYLOAD_BYTES": "Largest JSON text of a job's args plus kwargs, in bytes, and "
+    "separately of its metadata; a bigger enqueue raises ``InvalidJob``.  Also the largest "
+    "request body the callback receiver reads.",
     "HEARTBEAT_INTERVAL": "How often a worker process refreshes its heartbeat (one UPDATE "
     "covers every attempt it runs).",
     "HEARTBEAT_STALENESS": "A worker whose heartbeat is older than this is presumed dead and "

@@ -46,6 +46,7 @@ from .payload import (
     check_kind,
     check_max_attempts,
     check_metadata,
+    check_metadata_size,
     check_ordering_key,
     check_priority,
     check_queue,
@@ -258,6 +259,7 @@ class JobCall(Generic[P, R]):
             )
         if observers.active:
             metadata_json = with_traceparent(metadata_json, observers.traceparent())
+        check_metadata_size(metadata_json, awa_settings().max_payload_bytes)
         return PreparedJob(
             self.job.kind,
             self._queue,

@@ -47,11 +47,35 @@ from .storage import queues as queue_store
 from .storage import runtimes as runtime_store
 from .storage.base import run
 
+#: Ids are PostgreSQL ``bigint`` values: anything outside cannot name a job.
+MAX_ID = 2**63 - 1
+
 
 def _check_id(job_id: object, what: str = "job id") -> int:
     if not isinstance(job_id, int) or isinstance(job_id, bool):
         raise InvalidJob(f"{what} must be an integer, got {job_id!r}")
+    if not -MAX_ID - 1 <= job_id <= MAX_ID:
+        raise InvalidJob(f"{what} must fit a 64-bit integer, got {job_id}")
     return job_id
+
+
+#: Longest text a filter (kind, tag) or a drain reason can hold.
+MAX_FILTER_LENGTH = 1024
+
+
+def _check_text(value: str | None, what: str) -> None:
+    """Text PostgreSQL can take (a filter, a reason): a str without NUL, valid UTF-8."""
+    if value is None:
+        return
+    if not isinstance(value, str) or len(value) > MAX_FILTER_LENGTH or "\x00" in value:
+        raise InvalidJob(
+            f"{what} must be text of at most {MAX_FILTER_LENGTH} characters "
+            f"without NUL, got {value!r:.100}"
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidJob(f"{what} holds a lone surrogate: {value!r:.100}") from None
 
 
 def _check_state(state: str | None) -> None:
@@ -94,6 +118,7 @@ def list_jobs(
     if queue is not None:
         check_queue(queue)
     _check_state(state)
+    _check_text(kind, "kind")
     return run(
         job_store.list_jobs(queue=queue, state=state, kind=kind, limit=_check_limit(limit)),
         database,
@@ -127,6 +152,8 @@ def browse_jobs(
         check_priority(priority)
     if before is not None:
         _check_id(before)
+    _check_text(kind, "kind")
+    _check_text(tag, "tag")
     return run(
         job_store.browse(
             before=before,
@@ -295,8 +322,8 @@ def resume_external(
 
 
 def _check_limit(limit: object) -> int:
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-        raise InvalidJob(f"limit must be a positive integer, got {limit!r}")
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_ID:
+        raise InvalidJob(f"limit must be a positive integer (64-bit), got {limit!r:.40}")
     return limit
 
 
@@ -310,16 +337,23 @@ def dlq_list(
     """Dead-letter entries matching every given filter, most recently moved first."""
     if queue is not None:
         check_queue(queue)
+    _check_text(kind, "kind")
     return run(dlq_store.dlq_list(queue=queue, kind=kind, limit=_check_limit(limit)), database)
 
 
 def dlq_count(
-    *, queue: str | None = None, kind: str | None = None, database: str | None = None
+    *,
+    queue: str | None = None,
+    kind: str | None = None,
+    moved_before: dt.datetime | None = None,
+    database: str | None = None,
 ) -> int:
-    """How many dead-lettered jobs match every given filter."""
-    if queue is not None:
-        check_queue(queue)
-    return run(dlq_store.count(queue=queue, kind=kind), database)
+    """How many dead-lettered jobs match every given filter (``moved_before``:
+    moved to the DLQ before that time)."""
+    chosen = _dlq_filter(queue, kind, moved_before, None)
+    return run(
+        dlq_store.count(queue=queue, kind=kind, moved_before=chosen["moved_before"]), database
+    )
 
 
 def dlq_retry(
@@ -358,6 +392,7 @@ def _dlq_filter(
 ) -> dict[str, Any]:
     if queue is not None:
         check_queue(queue)
+    _check_text(kind, "kind")
     if moved_before is not None and (
         not isinstance(moved_before, dt.datetime) or moved_before.tzinfo is None
     ):
@@ -445,6 +480,7 @@ amove_failed_to_dlq = sync_to_async(move_failed_to_dlq)
 def _schedule_name(name: object) -> str:
     if not isinstance(name, str) or not name:
         raise InvalidJob(f"a periodic schedule name must be a non-empty string, got {name!r}")
+    _check_text(name, "periodic schedule name")
     return name
 
 
@@ -548,6 +584,7 @@ def drain_queue(
     Running attempts and parked callbacks finish as they would.  Returns how many
     jobs were cancelled; each keeps ``reason`` in its error history.
     """
+    _check_text(reason, "the drain reason")
     return run(queue_store.drain(check_queue(queue), reason), database)
 
 

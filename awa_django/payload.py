@@ -17,11 +17,16 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from . import clock
 from .conf import QUEUE_NAME_RE
 from .exceptions import InvalidJob
 
 MAX_KIND_LENGTH = 255
 MAX_TAGS = 64
+#: Longest tag, in characters.
+MAX_TAG_LENGTH = 255
+#: Longest ordering key: characters of a str, bytes of a bytes key.
+MAX_ORDERING_KEY_LENGTH = 255
 MAX_ATTEMPTS_LIMIT = 10_000
 
 
@@ -59,10 +64,29 @@ def check_max_attempts(max_attempts: Any) -> int:
     return max_attempts
 
 
+def storable(text: str) -> bool:
+    """Whether PostgreSQL can store ``text`` as ``text``: no NUL, valid UTF-8
+    (no lone surrogate)."""
+    if "\x00" in text:
+        return False
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def check_kind(kind: Any) -> str:
-    if not isinstance(kind, str) or not kind or len(kind) > MAX_KIND_LENGTH or "\x00" in kind:
+    if not isinstance(kind, str) or not kind or len(kind) > MAX_KIND_LENGTH or not storable(kind):
         raise InvalidJob(f"invalid job kind {kind!r}: must be a non-empty string of at most 255")
     return kind
+
+
+#: The longest delay a job can be given (100 years): further out, a
+#: timestamp no longer fits datetime or PostgreSQL's timestamptz.
+MAX_DELAY_SECONDS = 100 * 365 * 86400
 
 
 def check_run_at(run_at: Any) -> dt.datetime | None:
@@ -75,12 +99,20 @@ def check_run_at(run_at: Any) -> dt.datetime | None:
             "run_at must be timezone-aware (use django.utils.timezone.now() or "
             "datetime(..., tzinfo=datetime.UTC)); got a naive datetime"
         )
+    # The same horizon as run_in: a time PostgreSQL stores but Python cannot
+    # read back (after 9999-12-31 UTC, e.g. datetime.max in a zone west of
+    # UTC) would leave a job that breaks every listing of it.
+    try:
+        utc = run_at.astimezone(dt.UTC)
+        latest = clock.now() + dt.timedelta(seconds=MAX_DELAY_SECONDS)
+    except OverflowError:
+        utc = None
+    if utc is None or utc > latest or utc.year < 2:
+        raise InvalidJob(
+            f"run_at must be at most {MAX_DELAY_SECONDS} seconds (100 years) from now and "
+            f"representable in UTC, got {run_at.isoformat()}"
+        )
     return run_at
-
-
-#: The longest delay a job can be given (100 years): further out, a
-#: timestamp no longer fits datetime or PostgreSQL's timestamptz.
-MAX_DELAY_SECONDS = 100 * 365 * 86400
 
 
 def seconds(value: Any, field: str) -> float:
@@ -105,9 +137,13 @@ def check_tags(tags: Any) -> list[str]:
         raise InvalidJob("tags must be a list of strings")
     result = list(tags)
     if len(result) > MAX_TAGS or not all(
-        isinstance(tag, str) and tag and "\x00" not in tag for tag in result
+        isinstance(tag, str) and 0 < len(tag) <= MAX_TAG_LENGTH and storable(tag) for tag in result
     ):
-        raise InvalidJob(f"tags must be at most {MAX_TAGS} non-empty strings, got {tags!r}")
+        shown = repr(result) if len(repr(result)) <= 200 else repr(result)[:200] + "..."
+        raise InvalidJob(
+            f"tags must be at most {MAX_TAGS} non-empty strings of at most {MAX_TAG_LENGTH} "
+            f"characters without NUL or lone surrogates, got {shown}"
+        )
     return result
 
 
@@ -115,10 +151,18 @@ def check_ordering_key(key: Any) -> str | None:
     if key is None:
         return None
     if isinstance(key, bytes | bytearray | memoryview):
-        return "x" + bytes(key).hex()
-    if isinstance(key, str) and "\x00" not in key:
+        raw = bytes(key)
+        if len(raw) > MAX_ORDERING_KEY_LENGTH:
+            raise InvalidJob(f"ordering_key is longer than {MAX_ORDERING_KEY_LENGTH} bytes")
+        return "x" + raw.hex()
+    if isinstance(key, str) and storable(key):
+        if len(key) > MAX_ORDERING_KEY_LENGTH:
+            raise InvalidJob(f"ordering_key is longer than {MAX_ORDERING_KEY_LENGTH} characters")
         return key
-    raise InvalidJob(f"ordering_key must be str or bytes, got {type(key).__name__}")
+    raise InvalidJob(
+        "ordering_key must be bytes or a str without NUL or lone surrogates, "
+        f"got {type(key).__name__}"
+    )
 
 
 #: How deeply lists and dicts may nest in a job's JSON: deeper, the
@@ -177,7 +221,24 @@ def check_metadata(metadata: Any) -> str:
     text = to_json(dict(metadata), "metadata")
     if "\\u0000" in text:
         raise InvalidJob("metadata must not contain NUL characters")
+    if "\\u" in text and not storable(_ENCODER.encode(dict(metadata))):
+        # to_json escaped a lone surrogate, which PostgreSQL's JSON parser
+        # refuses in this column.
+        raise InvalidJob("metadata must not contain lone surrogates")
     return text
+
+
+def check_metadata_size(metadata_json: str, limit: int) -> str:
+    """``metadata_json`` if it is at most ``limit`` bytes (``MAX_PAYLOAD_BYTES``)."""
+    size = len(metadata_json)
+    if size > limit or not metadata_json.isascii():
+        size = len(metadata_json.encode("utf-8", "surrogatepass"))
+    if size > limit:
+        raise InvalidJob(
+            f"metadata is {size} bytes as JSON, over the limit of {limit} "
+            "(settings.AWA['MAX_PAYLOAD_BYTES'])"
+        )
+    return metadata_json
 
 
 #: The metadata key holding the W3C traceparent captured at enqueue.

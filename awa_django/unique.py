@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from .exceptions import InvalidJob
+from .payload import MAX_DELAY_SECONDS
 from .records import JOB_STATES
 
 #: The states in which a unique job keeps its key by default: every state
@@ -56,9 +57,14 @@ class Unique:
         if period is not None:
             if isinstance(period, dt.timedelta):
                 period = period.total_seconds()
-            if not isinstance(period, int | float) or isinstance(period, bool) or period <= 0:
+            if (
+                not isinstance(period, int | float)
+                or isinstance(period, bool)
+                or not 0 < period <= MAX_DELAY_SECONDS  # NaN fails this too
+            ):
                 raise InvalidJob(
-                    f"Unique.by_period must be a positive number of seconds, got {self.by_period!r}"
+                    "Unique.by_period must be a positive number of seconds (at most 100 "
+                    f"years), got {self.by_period!r:.60}"
                 )
             object.__setattr__(self, "by_period", float(period))
         given = cast(Any, self.states)  # a lone string is one state, not its letters
@@ -84,7 +90,16 @@ class Unique:
             moment = time.time() if now is None else now
             period = cast(float, self.by_period)  # a timedelta became seconds in __post_init__
             document["period"] = [period, int(moment // period)]
-        return hashlib.sha256(canonical_json(document).encode()).hexdigest()
+        try:
+            canonical = canonical_json(document).encode()
+        except UnicodeEncodeError:
+            # Arguments may carry lone surrogates (stored escaped), but the
+            # key normalises text (NFC), which only valid Unicode has.
+            raise InvalidJob(
+                "a unique job's arguments must be valid Unicode text: they hold a lone "
+                "surrogate (e.g. '\\ud800')"
+            ) from None
+        return hashlib.sha256(canonical).hexdigest()
 
 
 def canonical_json(value: Any) -> str:

@@ -12,8 +12,11 @@ Who may do what:
 * a page is visible to staff holding the model's ``view`` (or ``change``)
   permission -- Django's own rule;
 * an action (retry, cancel, purge, pause, resume, drain, run now) needs the
-  model's ``change`` permission, a POST with the CSRF token, and the console
-  not being read-only;
+  ``change`` permission of every model whose rows it changes -- by default
+  the page's own, otherwise as listed in ``action_models`` (purging a dead
+  letter from the job page needs ``change_deadletter``, as on the DLQ page;
+  draining a queue cancels jobs, so it also needs ``change_job``) -- a POST
+  with the CSRF token, and the console not being read-only;
 * nobody adds, edits or deletes rows through admin forms.
 
 Read-only: ``AWA["ADMIN_READ_ONLY"]`` (``override_settings`` included), or
@@ -23,6 +26,7 @@ hot standby).  Actions are then neither offered nor accepted (403).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -38,6 +42,25 @@ from ..conf import awa_settings
 from ..exceptions import CallbackNotFound, InvalidJob, JobNotFound
 from ..storage import status
 from ..storage.base import run
+
+#: The key of ``ConsoleAdmin.action_models`` for the list's bulk actions.
+BULK = "bulk"
+#: Ids are PostgreSQL bigints.
+MAX_ID = 2**63 - 1
+_DIGITS = re.compile(r"[0-9]{1,19}")
+
+
+def parse_id(text: str, low: int = 1, high: int = MAX_ID) -> int | None:
+    """``text`` as an integer from ``low`` to ``high``, or None.
+
+    ASCII digits only: ``str.isdigit()`` also takes ``"²"``, which ``int()``
+    then refuses, and a number past a bigint would reach the database.
+    """
+    text = text.strip()
+    if not _DIGITS.fullmatch(text):
+        return None
+    value = int(text)
+    return value if low <= value <= high else None
 
 
 def read_only(request: HttpRequest) -> bool:
@@ -64,6 +87,9 @@ class ConsoleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     #: ``name -> label`` of the per-object actions; ``act_<name>(request,
     #: key)`` performs one and returns the message shown to the operator.
     object_actions: Mapping[str, str] = {}
+    #: ``action -> model names`` whose ``change`` permission the action needs,
+    #: when it is not just the page's own model; :data:`BULK` for ``action/``.
+    action_models: Mapping[str, tuple[str, ...]] = {}
     actions = None
 
     # --- permissions ---------------------------------------------------------
@@ -78,15 +104,17 @@ class ConsoleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         # No ORM change form exists; actions use may_act().
         return False
 
-    def may_act(self, request: HttpRequest) -> bool:
-        """Whether this user may run this page's actions now."""
-        opts = self.opts
-        return request.user.has_perm(f"{opts.app_label}.change_{opts.model_name}") and not (
-            read_only(request)
-        )
+    def action_permissions(self, action: str | None = None) -> tuple[str, ...]:
+        """The permissions ``action`` needs (None: the page's own model)."""
+        models = self.action_models.get(action or "", (self.opts.model_name,))
+        return tuple(f"{self.opts.app_label}.change_{model}" for model in models)
 
-    def check_act(self, request: HttpRequest) -> None:
-        if request.method != "POST" or not self.may_act(request):
+    def may_act(self, request: HttpRequest, action: str | None = None) -> bool:
+        """Whether this user may run ``action`` (default: the page's actions) now."""
+        return request.user.has_perms(self.action_permissions(action)) and not read_only(request)
+
+    def check_act(self, request: HttpRequest, action: str | None = None) -> None:
+        if request.method != "POST" or not self.may_act(request, action):
             raise PermissionDenied("this action is not allowed here")
 
     def check_view(self, request: HttpRequest) -> None:
@@ -137,6 +165,8 @@ class ConsoleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "opts": self.opts,
             "app_label": self.opts.app_label,
             "may_act": self.may_act(request),
+            "may_bulk": self.may_act(request, BULK),
+            "may": {name: self.may_act(request, name) for name in self.object_actions},
             "read_only": read_only(request),
             "changelist_url": self.url("changelist"),
             "action_url": self.url("action"),
@@ -170,7 +200,7 @@ class ConsoleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def object_action_view(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
         """POST ``<id>/action/<name>/``: one action on one object."""
-        self.check_act(request)
+        self.check_act(request, action)
         handler = getattr(self, f"act_{action}", None)
         if action not in self.object_actions or handler is None:
             raise PermissionDenied(f"unknown action {action!r}")
@@ -180,7 +210,7 @@ class ConsoleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def list_action_view(self, request: HttpRequest) -> HttpResponse:
         """POST ``action/``: a bulk action, confirmed on a second page."""
-        self.check_act(request)
+        self.check_act(request, BULK)
         return self.bulk_action(request)
 
     def bulk_action(self, request: HttpRequest) -> HttpResponse:
@@ -189,7 +219,8 @@ class ConsoleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     @staticmethod
     def selected_ids(request: HttpRequest) -> list[int]:
         """The ids ticked in a list's checkboxes, sorted, without duplicates."""
-        return sorted({int(v) for v in request.POST.getlist("_selected_action") if v.isdigit()})
+        parsed = (parse_id(v) for v in request.POST.getlist("_selected_action"))
+        return sorted({v for v in parsed if v is not None})
 
     def _apply(self, request: HttpRequest, call: Callable[[], str]) -> None:
         try:

@@ -17,7 +17,7 @@ from django.http import HttpRequest, HttpResponse, QueryDict
 from .. import ops
 from ..exceptions import InvalidJob
 from ..records import BATCH_OP_JOB_STATES, BatchOperation, describe_batch_operation
-from .base import ConsoleAdmin
+from .base import BULK, ConsoleAdmin, parse_id
 
 #: Operations listed, newest first (finished ones are kept for
 #: ``BATCH_OP_RETENTION_DAYS``).
@@ -37,9 +37,10 @@ def request_from(post: QueryDict) -> tuple[str, dict[str, Any], dict[str, Any]]:
             filter_[name] = values[name]
     spec: dict[str, Any] = {}
     if values["priority"]:
-        if not values["priority"].isdigit():
-            raise InvalidJob(f"invalid priority {values['priority']!r}: must be 1 to 4")
-        spec["priority"] = int(values["priority"])
+        priority = parse_id(values["priority"], 0)  # ops says which range
+        if priority is None:
+            raise InvalidJob(f"invalid priority {values['priority']!r:.100}: must be 1 to 4")
+        spec["priority"] = priority
     if values["op_kind"] == "move_queue":
         spec["queue"] = values["to_queue"] or None
     return values["op_kind"], filter_, spec
@@ -52,6 +53,8 @@ def progress_percent(op: BatchOperation) -> int:
 class BatchOperationAdmin(ConsoleAdmin):
     list_template = "batches.html"
     object_actions = {"cancel": "Cancel"}
+    # Submitting an operation (the form, ``action/``) changes jobs.
+    action_models = {BULK: ("batchoperation", "job")}
 
     def list_context(self, request: HttpRequest) -> dict[str, Any]:
         operations = ops.list_batch_operations(limit=PAGE_SIZE)
@@ -61,7 +64,7 @@ class BatchOperationAdmin(ConsoleAdmin):
             "operations": list(OPERATIONS.items()),
             "job_states": BATCH_OP_JOB_STATES,
             "priorities": (1, 2, 3, 4),
-            "queues": [q.name for q in ops.list_queues()] if self.may_act(request) else [],
+            "queues": [q.name for q in ops.list_queues()] if self.may_act(request, BULK) else [],
             "here": request.get_full_path(),
         }
 
@@ -105,8 +108,9 @@ class BatchOperationAdmin(ConsoleAdmin):
         )
 
     def act_cancel(self, request: HttpRequest, object_id: str) -> str:
-        if not object_id.isdigit():
-            raise InvalidJob(f"batch operation id must be an integer, got {object_id!r}")
-        if ops.cancel_batch_operation(int(object_id)):
+        wanted = parse_id(object_id)
+        if wanted is None:
+            raise InvalidJob(f"batch operation id must be an integer, got {object_id!r:.100}")
+        if ops.cancel_batch_operation(wanted):
             return f"batch operation #{object_id} cancelled"
         return f"batch operation #{object_id} had finished already"

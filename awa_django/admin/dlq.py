@@ -72,7 +72,11 @@ class DeadLetterAdmin(ConsoleAdmin):
             return self.back(request, back)
         verb = "Retry" if action.startswith("retry") else "Purge"
         if "confirm" not in request.POST:
-            count = ops.dlq_count(queue=queue, kind=kind) if everything else len(ids)
+            try:
+                count = ops.dlq_count(queue=queue, kind=kind) if everything else len(ids)
+            except InvalidJob as exc:
+                messages.error(request, f"refused: {exc}")
+                return self.back(request, back)
             scope = _scope(queue, kind) if everything else "selected"
             return self.render(
                 request,

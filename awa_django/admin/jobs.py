@@ -23,7 +23,7 @@ from ..conf import awa_settings
 from ..exceptions import InvalidJob, JobNotFound
 from ..jobs import registry
 from ..records import JOB_STATES, JobInfo
-from .base import ConsoleAdmin
+from .base import MAX_ID, ConsoleAdmin, parse_id
 
 #: Jobs per page of the browser.
 PAGE_SIZE = 50
@@ -57,18 +57,18 @@ class Filters:
             value = params.get(name, "").strip()
             return value or None
 
-        def number(name: str, low: int, high: int | None = None) -> int | None:
+        def number(name: str, low: int, high: int = MAX_ID) -> int | None:
             raw = text(name)
             if raw is None:
                 return None
-            if raw.isdigit() and int(raw) >= low and (high is None or int(raw) <= high):
-                return int(raw)
-            problems.append(f"ignored {name}={raw!r}")
-            return None
+            value = parse_id(raw, low, high)
+            if value is None:
+                problems.append(f"ignored {name}={raw!r:.100}")
+            return value
 
         state = text("state")
         if state is not None and state not in JOB_STATES:
-            problems.append(f"ignored unknown state {state!r}")
+            problems.append(f"ignored unknown state {state!r:.100}")
             state = None
         return cls(
             state=state,
@@ -105,6 +105,13 @@ class JobAdmin(ConsoleAdmin):
         "dlq_retry": "Retry from the DLQ",
         "dlq_purge": "Purge from the DLQ",
     }
+    # Moving a failed job to the DLQ makes a dead letter; the dlq_* actions
+    # change a dead letter: the DLQ page's permission, whatever page asks.
+    action_models = {
+        "dlq": ("job", "deadletter"),
+        "dlq_retry": ("deadletter",),
+        "dlq_purge": ("deadletter",),
+    }
 
     def list_context(self, request: HttpRequest) -> dict[str, Any]:
         problems: list[str] = []
@@ -116,8 +123,9 @@ class JobAdmin(ConsoleAdmin):
         jobs: list[JobInfo]
         older: int | None = None
         short = False
-        if f.q.isdigit():
-            found = ops.get_job(int(f.q))
+        wanted = _searched_id(f.q)
+        if wanted is not None:
+            found = ops.get_job(wanted) if wanted > 0 else None
             jobs = [found] if found is not None else []
             searched = f"job id {f.q}"
         else:
@@ -136,6 +144,7 @@ class JobAdmin(ConsoleAdmin):
                 )
             except InvalidJob as exc:
                 messages.warning(request, str(exc))
+                searched = ""
                 page = ops.browse_jobs(limit=PAGE_SIZE)
             jobs, older = page.jobs, page.older
             short = older is not None and len(jobs) < PAGE_SIZE
@@ -161,17 +170,18 @@ class JobAdmin(ConsoleAdmin):
             "all_kinds_url": f.query(kind=None, before=None),
             "priorities": [(p, f.query(priority=p, before=None)) for p in (1, 2, 3, 4)],
             "all_priorities_url": f.query(priority=None, before=None),
-            "older_url": f.query(before=older) if older is not None and not f.q.isdigit() else "",
-            "older_is_search": older is not None and not f.q.isdigit() and short,
+            "older_url": f.query(before=older) if older is not None and wanted is None else "",
+            "older_is_search": older is not None and wanted is None and short,
             "newest_url": f.query(before=None) if f.before else "",
             "bulk_actions": [(name, verb) for name, (verb, _) in BULK_ACTIONS.items()],
             "here": request.get_full_path(),
         }
 
     def detail_context(self, request: HttpRequest, object_id: str) -> dict[str, Any]:
-        if not object_id.isdigit():
+        wanted = parse_id(object_id)
+        if wanted is None:
             raise Http404("no such job")
-        job = ops.get_job(int(object_id))
+        job = ops.get_job(wanted)
         if job is None:
             raise Http404(f"no job with id {object_id}")
         names = []
@@ -188,6 +198,7 @@ class JobAdmin(ConsoleAdmin):
         available = [
             (name, self.object_actions[name], dlq_list if name == "dlq_purge" else "")
             for name in names
+            if self.may_act(request, name)
         ]
         return {
             "title": f"{job.kind} #{job.id}",
@@ -276,6 +287,19 @@ class JobAdmin(ConsoleAdmin):
 
 
 def _job_id(object_id: str) -> int:
-    if not object_id.isdigit():
-        raise JobNotFound(f"no job with id {object_id!r}")
-    return int(object_id)
+    wanted = parse_id(object_id)
+    if wanted is None:
+        raise JobNotFound(f"no job with id {object_id!r:.100}")
+    return wanted
+
+
+def _searched_id(q: str) -> int | None:
+    """The job id the search box asks for: digits (any number of them), else None.
+
+    A number that is not a job id at all (0, past a bigint) finds nothing
+    rather than searching for a kind named like it.
+    """
+    if not q or not q.isascii() or not q.isdigit():
+        return None
+    value = parse_id(q, 0)
+    return 0 if value is None else value

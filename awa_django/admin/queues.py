@@ -35,6 +35,8 @@ class QueueAdmin(ConsoleAdmin):
     list_template = "queues.html"
     detail_template = "queue.html"
     object_actions = {"pause": "Pause", "resume": "Resume", "drain": "Drain"}
+    # Draining cancels the queue's jobs.
+    action_models = {"drain": ("queue", "job")}
 
     def extra_urls(self) -> list[URLPattern]:
         info = self.opts.app_label, self.opts.model_name
@@ -94,8 +96,11 @@ class QueueAdmin(ConsoleAdmin):
 
     def object_action_view(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
         if action == "drain" and "confirm" not in request.POST:
-            self.check_act(request)
-            queue = ops.get_queue(object_id)
+            self.check_act(request, action)
+            try:
+                queue = ops.get_queue(object_id)
+            except InvalidJob as exc:
+                raise Http404(str(exc)) from None
             pending = sum(queue.counts[s] for s in BACKLOG_STATES)
             return self.render(
                 request,

@@ -12,14 +12,18 @@ is one of
   :func:`awa_django.ops.resume_external`.
 
 Any body may also carry ``"callback_id"``; it must then be the id of the URL
-(403 otherwise), which binds a signed body to one callback.  The request is
+(403 otherwise).  The request is
 checked in this order, and the first failure answers:
 
 1. method (405 unless POST);
 2. size: ``Content-Length`` and the bytes actually read against
    ``AWA["MAX_PAYLOAD_BYTES"]`` (400), before anything is parsed;
-3. signature, when ``AWA["CALLBACK_HMAC_SECRET"]`` is set: ``X-Awa-Signature``
-   must be the hex HMAC-SHA256 of the raw body (403);
+3. signature, when ``AWA["CALLBACK_HMAC_SECRET"]`` is set (403 otherwise):
+   ``X-Awa-Timestamp`` is the sender's unix time in seconds, within
+   ``SIGNATURE_TOLERANCE`` of the receiver's clock, and ``X-Awa-Signature``
+   the hex HMAC-SHA256, keyed with one of the secrets, of
+   ``b"<timestamp>.<METHOD>.<path>." + raw body`` (:func:`sign`), so a
+   signature is good for one callback, one action and a few minutes;
 4. JSON: an object, known fields, right types (400); ``callback_id`` (403);
 5. the operation: 404 for an unknown or stale callback id, 200 on success.
 
@@ -34,8 +38,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
+import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +53,11 @@ from ..exceptions import CallbackNotFound, InvalidJob
 from . import error_response, method_not_allowed
 
 SIGNATURE_HEADER = "X-Awa-Signature"
+TIMESTAMP_HEADER = "X-Awa-Timestamp"
 SIGNATURE_PREFIX = "sha256="
+#: Seconds a signed request stays valid either side of the receiver's clock.
+SIGNATURE_TOLERANCE = 300
+_TIMESTAMP_RE = re.compile(r"[0-9]{1,12}")
 _MISSING: Any = object()
 
 
@@ -58,23 +68,51 @@ class _Rejected(Exception):  # noqa: N818 - internal control flow, never escapes
         self.message = message
 
 
-def sign(secret: str | bytes, body: bytes) -> str:
-    """The ``X-Awa-Signature`` value for ``body``: hex HMAC-SHA256 keyed with ``secret``."""
+def sign(secret: str | bytes, timestamp: int | str, method: str, path: str, body: bytes) -> str:
+    """The ``X-Awa-Signature`` value of a request: hex HMAC-SHA256 keyed with
+    ``secret`` of ``b"<timestamp>.<METHOD>.<path>." + body``."""
     key = secret.encode() if isinstance(secret, str) else secret
-    return hmac.new(key, body, hashlib.sha256).hexdigest()
+    signed = f"{timestamp}.{method.upper()}.{path}.".encode() + body
+    return hmac.new(key, signed, hashlib.sha256).hexdigest()
 
 
-def _check_signature(secret: str, body: bytes, header: str | None) -> None:
+def _timestamp(header: str | None, now: float) -> int:
+    """The sender's unix time from ``X-Awa-Timestamp``, refused outside the window."""
+    if header is None or not header.strip():
+        raise _Rejected(403, f"missing {TIMESTAMP_HEADER} header")
+    # ASCII digits only: int() also takes other scripts' digits, isdigit() takes "²".
+    if not _TIMESTAMP_RE.fullmatch(header.strip()):
+        raise _Rejected(403, f"{TIMESTAMP_HEADER} must be unix time in whole seconds")
+    timestamp = int(header.strip())
+    if abs(now - timestamp) > SIGNATURE_TOLERANCE:
+        raise _Rejected(
+            403,
+            f"{TIMESTAMP_HEADER} is more than {SIGNATURE_TOLERANCE} s away from the "
+            "receiver's clock (stale or replayed request, or a skewed clock)",
+        )
+    return timestamp
+
+
+def _check_signature(request: HttpRequest, secrets: Sequence[bytes], body: bytes) -> None:
+    header = request.headers.get(SIGNATURE_HEADER)
     if header is None or not header.strip():
         raise _Rejected(403, f"missing {SIGNATURE_HEADER} header")
+    timestamp = _timestamp(request.headers.get(TIMESTAMP_HEADER), time.time())
     given = header.strip()
     if given[: len(SIGNATURE_PREFIX)].lower() == SIGNATURE_PREFIX:
         given = given[len(SIGNATURE_PREFIX) :]
     # Bytes on both sides: compare_digest refuses non-ASCII str, and a header
     # may hold anything (even a lone surrogate, which UTF-8 cannot encode).
     given_bytes = given.lower().encode("utf-8", "replace")
-    if not hmac.compare_digest(given_bytes, sign(secret, body).encode()):
-        raise _Rejected(403, f"{SIGNATURE_HEADER} does not match the request body")
+    method = request.method or "POST"
+    matches = False
+    for secret in secrets:  # every key, whatever matches: no early exit to time
+        expected = sign(secret, timestamp, method, request.path, body).encode()
+        matches |= hmac.compare_digest(given_bytes, expected)
+    if not matches:
+        raise _Rejected(
+            403, f"{SIGNATURE_HEADER} does not match this request (timestamp, method, path, body)"
+        )
 
 
 def _read_body(request: HttpRequest, limit: int) -> bytes:
@@ -121,7 +159,7 @@ def _parse(body: bytes) -> dict[str, Any]:
         return {}
     try:
         data = json.loads(body, parse_constant=_no_constant)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, a 5000-digit number
         raise _Rejected(400, f"malformed JSON: {exc}") from None
     except RecursionError:
         raise _Rejected(400, "malformed JSON: nested too deeply") from None
@@ -206,8 +244,7 @@ def callback(
     try:
         body = _read_body(request, settings.max_payload_bytes)
         if settings.callback_hmac_secret is not None:
-            signature = request.headers.get(SIGNATURE_HEADER)
-            _check_signature(settings.callback_hmac_secret, body, signature)
+            _check_signature(request, settings.callback_hmac_secret, body)
         data = _parse(body)
         _check_binding(data, callback_id)
         unknown = set(data) - spec.fields - {"callback_id"}

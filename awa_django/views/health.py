@@ -3,10 +3,13 @@
 Each probe runs a short list of checks against the awa database (the
 URLconf's ``database`` kwarg, default ``AWA["DATABASE"]``) and answers
 ``200 {"status": "ok"}`` when all pass, or ``503 {"status": "unavailable",
-"reason": "..."}`` naming the first that failed.  A check is a function
-taking the database alias that returns nothing or raises
-:class:`Unavailable` (a ``DatabaseError`` or ``ImproperlyConfigured`` is
-turned into one); add a check by adding a function to the probe's tuple.
+"reason": "..."}`` naming the first that failed in general terms only: the
+probes need no login, and a driver's error names the database host, port
+and role.  The detail goes to the log (logger ``awa_django.health``,
+WARNING) and to ``manage.py awa_health``.  A check is a function taking the
+database alias that returns nothing or raises :class:`Unavailable` (a
+``DatabaseError`` or ``ImproperlyConfigured`` is turned into one); add a
+check by adding a function to the probe's tuple.
 
 The checks are cheap on purpose -- no ORM model, no table scan: probes run
 every few seconds on every instance.
@@ -23,6 +26,7 @@ would turn a backlog into an outage.  ``manage.py awa_health
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 
@@ -38,6 +42,7 @@ from ..storage.connection import alias_for, django_connection
 from . import method_not_allowed
 
 SAFE_METHODS = ("GET", "HEAD")
+logger = logging.getLogger("awa_django.health")
 
 
 class Unavailable(Exception):  # noqa: N818 - a probe result, not an error of the caller
@@ -92,23 +97,45 @@ LIVENESS_CHECKS: Sequence[HealthCheck] = (database_answers,)
 READINESS_CHECKS: Sequence[HealthCheck] = (database_answers, substrate_installed)
 
 
-def failed_check(checks: Sequence[HealthCheck], database: str | None = None) -> str | None:
-    """Run ``checks`` in order; the reason of the first that fails, or None."""
+def _first_failure(
+    checks: Sequence[HealthCheck], database: str | None
+) -> tuple[HealthCheck | None, str] | None:
+    """Run ``checks`` in order: the first that fails and why (None: the set-up)."""
+    failing: HealthCheck | None = None
     try:
         alias = alias_for(database)
         # Under ATOMIC_REQUESTS the probe runs in the request's transaction:
         # each check gets a savepoint, so a failed statement cannot abort it.
         in_transaction = django_connection(alias).in_atomic_block
         for check in checks:
+            failing = check
             with transaction.atomic(using=alias) if in_transaction else nullcontext():
                 check(alias)
     except Unavailable as exc:
-        return str(exc)
+        return failing, str(exc)
     except (DatabaseError, ImproperlyConfigured) as exc:
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return f"{type(exc).__name__}: {first_line}"
+        return failing, f"{type(exc).__name__}: {first_line}"
     return None
 
+
+def failed_check(checks: Sequence[HealthCheck], database: str | None = None) -> str | None:
+    """Run ``checks`` in order; the detailed reason of the first that fails, or None.
+
+    For operators (``manage.py awa_health``): it may name the database's
+    host, port and role.  The HTTP probes answer :data:`PUBLIC_REASONS`.
+    """
+    failure = _first_failure(checks, database)
+    return None if failure is None else failure[1]
+
+
+#: What an HTTP probe answers when a check fails (nothing about the set-up).
+PUBLIC_REASONS: Mapping[HealthCheck | None, str] = {
+    None: "the probe cannot reach its database (see the server log)",
+    database_answers: "the database does not answer",
+    substrate_installed: "the awa substrate is not installed or is older than this code needs",
+    workers_serving: "not every queue has a live worker",
+}
 
 #: What each check is called in ``manage.py awa_health`` and its JSON.
 CHECK_NAMES: Mapping[HealthCheck, str] = {
@@ -144,9 +171,12 @@ def _probe(
 ) -> HttpResponse:
     if request.method not in SAFE_METHODS:
         return method_not_allowed(request.method, SAFE_METHODS)
-    reason = failed_check(checks, database)
-    if reason is not None:
-        return JsonResponse({"status": "unavailable", "reason": reason}, status=503)
+    failure = _first_failure(checks, database)
+    if failure is not None:
+        check, detail = failure
+        logger.warning("%s answered 503: %s", request.path, detail)
+        public = PUBLIC_REASONS.get(check, "a health check failed (see the server log)")
+        return JsonResponse({"status": "unavailable", "reason": public}, status=503)
     return JsonResponse({"status": "ok"})
 
 

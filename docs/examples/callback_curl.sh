@@ -4,11 +4,16 @@
 # AWA_CALLBACK_SECRET and CALLBACK_ID from the environment.
 set -eu
 # [curl]
-body=$(printf '{"callback_id": "%s", "payload": {"invoice": 42}}' "$CALLBACK_ID")
-signature=$(printf '%s' "$body" | openssl dgst -sha256 -hmac "$AWA_CALLBACK_SECRET" -r | cut -d' ' -f1)
+url="$AWA_URL/callbacks/$CALLBACK_ID/complete"
+path="/${url#*://*/}"   # the URL without scheme and host, e.g. /awa/callbacks/<id>/complete
+body='{"payload": {"invoice": 42}}'
+timestamp=$(date +%s)
+signature=$(printf '%s.POST.%s.%s' "$timestamp" "$path" "$body" \
+  | openssl dgst -sha256 -hmac "$AWA_CALLBACK_SECRET" -r | cut -d' ' -f1)
 curl --silent --show-error --fail-with-body \
   -H 'Content-Type: application/json' \
+  -H "X-Awa-Timestamp: $timestamp" \
   -H "X-Awa-Signature: $signature" \
   --data-binary "$body" \
-  "$AWA_URL/callbacks/$CALLBACK_ID/complete"
+  "$url"
 # [/curl]

@@ -79,7 +79,10 @@ def test_view_permission_shows_the_list_without_the_form_or_actions(queue):
 
 def test_preview_shows_the_count_and_only_the_confirmation_submits(queue):
     jobs(queue, 3)
-    operator = console_user("operator", "view_batchoperation", "change_batchoperation")
+    # Submitting changes jobs: it takes the job permission too.
+    operator = console_user(
+        "operator", "view_batchoperation", "change_batchoperation", "change_job"
+    )
     preview = operator.post(reverse(ACTION), form(queue, priority="1"))
     assert preview.status_code == 200
     body = text(preview)

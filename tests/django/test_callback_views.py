@@ -10,6 +10,8 @@ in-process worker -- and resolve them over HTTP.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import io
 import json
 import os
@@ -17,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import uuid
 
@@ -57,9 +60,23 @@ def post(callback_id, action: str = "complete", body: bytes | dict | None = None
     )
 
 
-def signed(callback_id, action: str, body: dict, secret: str = SECRET, **headers):
+def signature_headers(
+    callback_id, action: str, data: bytes, secret: str | bytes = SECRET, at: int | None = None
+) -> dict[str, str]:
+    """The two headers of a request signed for ``callback_id`` and ``action`` at ``at``."""
+    timestamp = int(time.time()) if at is None else at
+    signature = sign(secret, timestamp, "POST", url(callback_id, action), data)
+    return {"X-Awa-Timestamp": str(timestamp), "X-Awa-Signature": signature}
+
+
+def signed(callback_id, action: str, body: dict, secret: str | bytes = SECRET, **headers):
     data = json.dumps(body).encode()
-    return post(callback_id, action, data, **{"X-Awa-Signature": sign(secret, data), **headers})
+    return post(
+        callback_id,
+        action,
+        data,
+        **{**signature_headers(callback_id, action, data, secret), **headers},
+    )
 
 
 def with_awa(**keys):
@@ -201,10 +218,9 @@ def test_with_a_secret_an_unsigned_request_is_403(action):
     ],
 )
 def test_with_a_secret_a_wrong_signature_is_403(signature):
+    headers = {"X-Awa-Timestamp": str(int(time.time())), "X-Awa-Signature": signature}
     with with_awa(CALLBACK_HMAC_SECRET=SECRET):
-        response = post(
-            uuid.uuid4(), "complete", VALID["complete"], **{"X-Awa-Signature": signature}
-        )
+        response = post(uuid.uuid4(), "complete", VALID["complete"], **headers)
     assert response.status_code == 403
     assert_error(response, 403, "X-Awa-Signature")
 
@@ -212,7 +228,7 @@ def test_with_a_secret_a_wrong_signature_is_403(signature):
 def test_with_a_secret_a_signature_made_with_another_key_is_403():
     with with_awa(CALLBACK_HMAC_SECRET=SECRET):
         response = signed(uuid.uuid4(), "complete", VALID["complete"], secret="guessed")
-    assert_error(response, 403, "does not match the request body")
+    assert_error(response, 403, "does not match this request")
 
 
 def test_with_a_secret_the_signature_of_another_body_is_403():
@@ -220,9 +236,12 @@ def test_with_a_secret_the_signature_of_another_body_is_403():
     other = json.dumps({"payload": "other"}).encode()
     with with_awa(CALLBACK_HMAC_SECRET=SECRET):
         response = post(
-            callback_id, "complete", {"payload": "this"}, **{"X-Awa-Signature": sign(SECRET, other)}
+            callback_id,
+            "complete",
+            {"payload": "this"},
+            **signature_headers(callback_id, "complete", other),
         )
-    assert_error(response, 403, "does not match the request body")
+    assert_error(response, 403, "does not match this request")
 
 
 def test_the_signature_is_checked_before_the_json():
@@ -272,16 +291,18 @@ def test_retry_accepts_an_empty_body(body):
 def test_a_valid_signature_reaches_the_operation(transform):
     callback_id = uuid.uuid4()
     data = json.dumps({"callback_id": str(callback_id), "payload": {"n": 1}}).encode()
-    header = transform(sign(SECRET, data))
+    headers = signature_headers(callback_id, "complete", data)
+    headers["X-Awa-Signature"] = transform(headers["X-Awa-Signature"])
     with with_awa(CALLBACK_HMAC_SECRET=SECRET):
-        response = post(callback_id, "complete", data, **{"X-Awa-Signature": header})
+        response = post(callback_id, "complete", data, **headers)
     assert_error(response, 404, "no live callback")
 
 
 @pytest.mark.django_db
 def test_a_signed_empty_body_reaches_the_operation():
+    callback_id = uuid.uuid4()
     with with_awa(CALLBACK_HMAC_SECRET=SECRET):
-        response = post(uuid.uuid4(), "retry", b"", **{"X-Awa-Signature": sign(SECRET, b"")})
+        response = post(callback_id, "retry", b"", **signature_headers(callback_id, "retry", b""))
     assert_error(response, 404, "no live callback")
 
 
@@ -436,9 +457,9 @@ def test_a_forged_signature_changes_nothing(committed, queue):
 def test_a_signed_body_naming_its_callback_cannot_be_replayed_onto_another(committed, queue):
     (job_a, callback_a), (job_b, callback_b) = parked(queue, 2)
     data = json.dumps({"callback_id": str(callback_a), "payload": "for a"}).encode()
-    headers = {"X-Awa-Signature": sign(SECRET, data)}
+    headers = signature_headers(callback_a, "complete", data)
     with with_awa(CALLBACK_HMAC_SECRET=SECRET):
-        assert_error(post(callback_b, "complete", data, **headers), 403, "callback_id")
+        assert_error(post(callback_b, "complete", data, **headers), 403)
         assert (state(job_b), callback_of(job_b)) == ("waiting_external", callback_b)
         assert post(callback_a, "complete", data, **headers).status_code == 200
         assert_error(post(callback_a, "complete", data, **headers), 404)  # replayed: spent
@@ -446,15 +467,84 @@ def test_a_signed_body_naming_its_callback_cannot_be_replayed_onto_another(commi
     assert state(job_b) == "waiting_external"
 
 
-def test_a_signed_body_without_callback_id_can_be_replayed_onto_another(committed, queue):
-    """The documented risk: such a signature is valid for every callback."""
-    (_, callback_a), (job_b, callback_b) = parked(queue, 2)
-    data = json.dumps({"payload": "for a"}).encode()
-    headers = {"X-Awa-Signature": sign(SECRET, data)}
+def test_a_signature_is_bound_to_one_callback_and_one_action(committed, queue):
+    """Issue 30: a signed ``{}`` for one callback's retry resolved two others."""
+    (job_a, callback_a), (job_b, callback_b), (job_c, callback_c) = parked(queue, 3)
+    headers = signature_headers(callback_a, "retry", b"{}")
     with with_awa(CALLBACK_HMAC_SECRET=SECRET):
-        assert post(callback_a, "complete", data, **headers).status_code == 200
-        assert post(callback_b, "complete", data, **headers).status_code == 200
-    assert ops.get_job(job_b).return_value == "for a"
+        # The same headers and body on another callback, or another action.
+        assert_error(post(callback_b, "retry", b"{}", **headers), 403, "does not match")
+        assert_error(post(callback_c, "complete", b"{}", **headers), 403, "does not match")
+        assert_error(post(callback_a, "complete", b"{}", **headers), 403, "does not match")
+        assert (state(job_b), state(job_c)) == ("waiting_external", "waiting_external")
+        assert (callback_of(job_b), callback_of(job_c)) == (callback_b, callback_c)
+        assert post(callback_a, "retry", b"{}", **headers).status_code == 200
+    assert state(job_a) != "waiting_external"
+
+
+def test_the_body_only_signature_is_no_longer_accepted(committed, queue):
+    ((job_id, callback_id),) = parked(queue)
+    data = json.dumps({"payload": "old scheme"}).encode()
+    body_only = hmac.new(SECRET.encode(), data, hashlib.sha256).hexdigest()
+    with with_awa(CALLBACK_HMAC_SECRET=SECRET):
+        assert_error(post(callback_id, "complete", data, **{"X-Awa-Signature": body_only}), 403)
+        now = str(int(time.time()))
+        headers = {"X-Awa-Signature": body_only, "X-Awa-Timestamp": now}
+        assert_error(post(callback_id, "complete", data, **headers), 403, "does not match")
+    assert state(job_id) == "waiting_external"
+
+
+@pytest.mark.parametrize("skew", [-301, 301, -10_000, 10**9])
+def test_a_signature_outside_the_time_window_is_403(committed, queue, skew):
+    ((job_id, callback_id),) = parked(queue)
+    data = b'{"payload": 1}'
+    at = int(time.time()) + skew
+    with with_awa(CALLBACK_HMAC_SECRET=SECRET):
+        response = post(
+            callback_id, "complete", data, **signature_headers(callback_id, "complete", data, at=at)
+        )
+        assert_error(response, 403, "X-Awa-Timestamp is more than 300 s away")
+    assert state(job_id) == "waiting_external"
+
+
+@pytest.mark.parametrize("skew", [-290, 290])
+@pytest.mark.django_db
+def test_a_signature_inside_the_time_window_is_accepted(skew):
+    callback_id = uuid.uuid4()
+    at = int(time.time()) + skew
+    with with_awa(CALLBACK_HMAC_SECRET=SECRET):
+        headers = signature_headers(callback_id, "retry", b"", at=at)
+        assert_error(post(callback_id, "retry", b"", **headers), 404, "no live callback")
+
+
+@pytest.mark.parametrize(
+    "timestamp", ["", " ", "soon", "1.5", "-1", "²", "\u0661\u0662", "1e9", "NaN", str(2**63)]
+)
+def test_a_malformed_timestamp_is_403(timestamp):
+    callback_id = uuid.uuid4()
+    headers = signature_headers(callback_id, "retry", b"")
+    headers["X-Awa-Timestamp"] = timestamp
+    with with_awa(CALLBACK_HMAC_SECRET=SECRET):
+        assert_error(post(callback_id, "retry", b"", **headers), 403, "X-Awa-Timestamp")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("signer", [0, 1, 2])
+def test_every_secret_of_a_rotation_list_verifies(signer):
+    secrets = ["new-key", b"\xff\x00old binary key", "older"]
+    callback_id = uuid.uuid4()
+    with with_awa(CALLBACK_HMAC_SECRET=secrets):
+        response = signed(callback_id, "retry", {}, secret=secrets[signer])
+        assert_error(response, 404, "no live callback")
+        assert_error(signed(callback_id, "retry", {}, secret="retired"), 403, "does not match")
+
+
+def test_a_bytes_secret_that_is_not_utf8_loads_and_verifies():
+    """Issue 30 point 8: a bytes secret crashed settings loading (UnicodeDecodeError)."""
+    secret = bytes(range(256))
+    with with_awa(CALLBACK_HMAC_SECRET=secret):
+        assert conf.awa_settings().callback_hmac_secret == (secret,)
+        assert_error(signed(uuid.uuid4(), "retry", {}, secret=b"other"), 403, "does not match")
 
 
 def test_a_cancelled_job_s_callback_is_stale(committed, queue):
@@ -493,7 +583,10 @@ def test_the_documented_sender_signs_requests_the_receiver_accepts(committed, qu
     (job_a, callback_a), (job_b, callback_b) = parked(queue, 2)
     base = f"{live_server.url}/awa/"
     data = b'{"payload": 1}'
-    assert callback_signing.sign(SECRET, data) == sign(SECRET, data)
+    path = f"/awa/callbacks/{callback_a}/complete"
+    assert callback_signing.sign(SECRET, 1700000000, "POST", path, data) == sign(
+        SECRET, 1700000000, "POST", path, data
+    )
     with with_awa(CALLBACK_HMAC_SECRET=SECRET):
         answer = callback_signing.send_callback(
             base, SECRET, str(callback_a), "complete", payload={"ok": 1}
@@ -552,4 +645,4 @@ def test_the_documented_curl_recipe_completes_a_callback(committed, queue, live_
             check=False,
         )
     assert forged.returncode != 0
-    assert json.loads(forged.stdout)["error"] == "X-Awa-Signature does not match the request body"
+    assert json.loads(forged.stdout)["error"].startswith("X-Awa-Signature does not match")

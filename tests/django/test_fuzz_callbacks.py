@@ -16,8 +16,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from awa_django.views.callbacks import sign
-
 from .test_callback_views import (
     ACTIONS,
     SECRET,
@@ -25,6 +23,7 @@ from .test_callback_views import (
     committed,  # noqa: F401  (fixture)
     parked,
     post,
+    signature_headers,
     state,
     with_awa,
 )
@@ -50,6 +49,12 @@ bodies = st.one_of(
     ),
 )
 signatures = st.one_of(st.none(), any_text, st.binary(max_size=40).map(bytes.hex))
+timestamps = st.one_of(
+    st.none(),
+    any_text,
+    st.sampled_from(["\u00b2", "1e309", "-0", str(2**63), "NaN", "0", "-1"]),
+    st.integers().map(str),
+)
 
 
 def assert_json_refusal(response) -> None:
@@ -61,9 +66,16 @@ def assert_json_refusal(response) -> None:
 
 @pytest.mark.django_db
 @FUZZ
-@given(action=st.sampled_from([*ACTIONS, "explode"]), body=bodies, signature=signatures)
-def test_fuzzed_requests_for_unknown_callbacks_are_json_4xx(action, body, signature):
+@given(
+    action=st.sampled_from([*ACTIONS, "explode"]),
+    body=bodies,
+    signature=signatures,
+    timestamp=timestamps,
+)
+def test_fuzzed_requests_for_unknown_callbacks_are_json_4xx(action, body, signature, timestamp):
     headers = {} if signature is None else {"X-Awa-Signature": signature}
+    if timestamp is not None:
+        headers["X-Awa-Timestamp"] = timestamp
     for secret in (None, SECRET):
         with with_awa(CALLBACK_HMAC_SECRET=secret):
             assert_json_refusal(post(uuid.uuid4(), action, body, **headers))
@@ -77,18 +89,19 @@ def test_signed_fuzzed_bodies_reach_validation_and_are_refused_cleanly(body, dep
     nested = b'{"payload": ' + b"[" * depth + b"]" * depth + b"}"
     with with_awa(CALLBACK_HMAC_SECRET=SECRET):
         for data in (body, nested):
-            response = post(
-                uuid.uuid4(), "complete", data, **{"X-Awa-Signature": sign(SECRET, data)}
-            )
-            assert_json_refusal(response)
+            callback_id = uuid.uuid4()
+            headers = signature_headers(callback_id, "complete", data)
+            assert_json_refusal(post(callback_id, "complete", data, **headers))
 
 
-@given(signature=signatures, body=bodies)
+@given(signature=signatures, body=bodies, timestamp=timestamps)
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
-def _forged(signature, body, callback_id, seen):
-    if signature is not None and signature == sign(SECRET, body):
+def _forged(signature, body, timestamp, callback_id, seen):
+    genuine = signature_headers(callback_id, "complete", body)
+    if signature is not None and signature == genuine["X-Awa-Signature"]:
         return  # Hypothesis found the real signature: not a forgery
     headers = {} if signature is None else {"X-Awa-Signature": signature}
+    headers["X-Awa-Timestamp"] = genuine["X-Awa-Timestamp"] if timestamp is None else timestamp
     response = post(callback_id, "complete", body, **headers)
     assert response.status_code in {400, 403}, response.content
     seen.add(response.status_code)
@@ -103,7 +116,7 @@ def test_forged_requests_leave_a_parked_attempt_parked_and_a_replay_is_404(commi
         assert state(job_id) == "waiting_external"
 
         data = json.dumps(VALID["complete"]).encode()
-        genuine = {"X-Awa-Signature": sign(SECRET, data)}
+        genuine = signature_headers(callback_id, "complete", data)
         assert post(callback_id, "complete", data, **genuine).status_code == 200
         assert state(job_id) == "completed"
         replay = post(callback_id, "complete", data, **genuine)

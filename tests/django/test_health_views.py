@@ -128,20 +128,38 @@ def test_each_probe_is_a_list_of_checks():
     assert list(health.READINESS_CHECKS) == [health.database_answers, health.substrate_installed]
 
 
-# --- an unreachable database: 503 with the reason --------------------------------
+# --- an unreachable database: 503 with a general reason, the detail logged -------
+
+
+def assert_logged(caplog, *fragments: str) -> None:
+    logged = [r.getMessage() for r in caplog.records if r.name == "awa_django.health"]
+    assert logged and all(f in logged[-1] for f in fragments), logged
 
 
 @pytest.mark.parametrize("name", ["healthz", "readyz"])
-def test_an_unreachable_database_is_503(name, unreachable):
+def test_an_unreachable_database_is_503(name, unreachable, caplog):
     with awa_on(unreachable):
         response = probe(name)
     assert response.status_code == 503
     body = response.json()
-    assert body["status"] == "unavailable"
-    assert body["reason"].startswith("OperationalError: ")
-    assert "port 1" in body["reason"]
+    assert body == {"status": "unavailable", "reason": "the database does not answer"}
+    assert_logged(caplog, f"/awa/{name} answered 503: OperationalError: ", "port 1")
     # The default database is not affected.
     assert probe(name).status_code == 200
+
+
+@pytest.mark.parametrize("name", ["healthz", "readyz"])
+def test_a_503_names_no_host_port_or_role(name, unreachable, caplog):
+    """Issue 30 point 7: the unauthenticated body carried the driver's error."""
+    connection = connections.settings[unreachable]
+    user = connection.get("USER") or "postgres"
+    with awa_on(unreachable):
+        response = probe(name)
+    assert response.status_code == 503
+    text = response.content.decode()
+    for secret in ("127.0.0.1", '"port', "port 1", user, connection["NAME"]):
+        assert secret not in text, (secret, text)
+    assert_logged(caplog, "127.0.0.1")
 
 
 def test_include_kwargs_choose_the_database(unreachable, settings):
@@ -151,36 +169,42 @@ def test_include_kwargs_choose_the_database(unreachable, settings):
     response = client.get(reverse("other:healthz"))
     assert reverse("other:healthz") == "/other/healthz"
     assert response.status_code == 503
-    assert "port 1" in response.json()["reason"]
+    assert response.json()["reason"] == "the database does not answer"
 
 
 @pytest.mark.django_db
-def test_an_alias_missing_from_databases_is_503():
+def test_an_alias_missing_from_databases_is_503(caplog):
     with awa_on("no_such_alias"):
         response = probe("healthz")
     assert response.status_code == 503
-    assert response.json()["reason"] == (
+    assert response.json()["reason"] == health.PUBLIC_REASONS[None]
+    assert_logged(
+        caplog,
         "ImproperlyConfigured: awa_django: database alias 'no_such_alias' is not in "
-        "settings.DATABASES"
+        "settings.DATABASES",
+    )
+    assert health.failed_check(health.LIVENESS_CHECKS, "no_such_alias").startswith(
+        "ImproperlyConfigured: awa_django: database alias 'no_such_alias'"
     )
 
 
 # --- a database without the substrate, or with an older one ---------------------
 
 
-def test_a_database_without_the_substrate_is_healthy_but_not_ready(bare_database):
+def test_a_database_without_the_substrate_is_healthy_but_not_ready(bare_database, caplog):
     with awa_on(bare_database):
         assert probe("healthz").status_code == 200
         response = probe("readyz")
     assert response.status_code == 503
     assert response.json() == {
         "status": "unavailable",
-        "reason": f"the awa substrate is not installed in database {bare_database!r}",
+        "reason": "the awa substrate is not installed or is older than this code needs",
     }
+    assert_logged(caplog, f"the awa substrate is not installed in database {bare_database!r}")
 
 
 @pytest.mark.django_db
-def test_an_older_substrate_is_not_ready(monkeypatch):
+def test_an_older_substrate_is_not_ready(monkeypatch, caplog):
     installed = substrate.SCHEMA_VERSION
     # The code expects the next version (as after an upgrade whose migrate has
     # not run yet); the database is real and unchanged.
@@ -188,9 +212,11 @@ def test_an_older_substrate_is_not_ready(monkeypatch):
     assert probe("healthz").status_code == 200
     response = probe("readyz")
     assert response.status_code == 503
-    assert response.json()["reason"] == (
+    assert response.json()["reason"] == health.PUBLIC_REASONS[health.substrate_installed]
+    assert_logged(
+        caplog,
         f"the awa substrate in database 'default' is version {installed}; "
-        f"this code needs {installed + 1} (run manage.py migrate awa_django)"
+        f"this code needs {installed + 1} (run manage.py migrate awa_django)",
     )
 
 

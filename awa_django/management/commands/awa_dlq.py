@@ -21,8 +21,6 @@ from awa_django.management.output import (
     operator_errors,
     usage_error,
 )
-from awa_django.storage import dlq as dlq_store
-from awa_django.storage.base import run
 
 
 def _timestamp(value: str) -> dt.datetime:
@@ -174,11 +172,11 @@ class Command(BaseCommand):
             "moved_before": options["moved_before"],
             "database": database,
         }
-        matching = run(
-            dlq_store.count(
-                queue=chosen["queue"], kind=chosen["kind"], moved_before=chosen["moved_before"]
-            ),
-            database,
+        matching = ops.dlq_count(
+            queue=chosen["queue"],
+            kind=chosen["kind"],
+            moved_before=chosen["moved_before"],
+            database=database,
         )
         confirm_change(
             out,
