@@ -42,8 +42,8 @@ from .storage import substrate
 from .storage.base import run
 
 KINDS = ("owner", "worker", "web")
-#: The substrate version that brought ``awa.grant_roles``.
-GRANTS_SINCE = 20
+#: The substrate version that brought ``awa.grant_roles`` (every 0.1.0 substrate has it).
+GRANTS_SINCE = 1
 DEFAULT_NAMES = {"owner": "awa_owner", "worker": "awa_worker", "web": "awa_web"}
 
 # Plain lower-case identifiers: they need no quoting anywhere, and none can

@@ -84,9 +84,9 @@ def test_running_the_substrate_again_changes_nothing(db, queue):
     ref = noop.using(queue=queue).enqueue("survives")
     before = fingerprint()
     with connection.cursor() as cursor:
-        for name in schema_files():
-            if not name.endswith("_down.sql"):
-                cursor.execute(schema_file(name))
+        for operation in _migration_operations():
+            if isinstance(operation, RunAwaSQL):
+                cursor.execute(schema_file(operation.forward))
     assert fingerprint() == before
     from awa_django import ops
 

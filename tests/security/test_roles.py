@@ -100,12 +100,13 @@ FORBIDDEN = {
     "alter table": "ALTER TABLE awa.queue_meta ADD COLUMN mine integer",
     "drop view": "DROP VIEW awa.jobs",
     "rotate": "SELECT awa.rotate_ring('queue')",
-    "prune": "SELECT awa.prune_ring_v3('queue', 10, interval '1 hour')",
-    "prune (previous release)": "SELECT awa.prune_ring_v2('queue', 10, interval '1 hour')",
-    "truncate through a function": "SELECT awa.truncate_ring_slot('queue', 3)",
+    "prune": "SELECT awa.prune_ring('queue', 10, interval '1 hour')",
+    "prune without the horizon check": (
+        "SELECT awa.prune_ring_unchecked('queue', 10, interval '1 hour')"
+    ),
     "create partitions": "SELECT awa.ensure_ring_partitions('queue', 32)",
-    "rescue": "SELECT awa.rescue_v2('stale_heartbeat', interval '1 s', true, '{}', '{}', 10)",
-    "promote": "SELECT awa.promote_due(10)",
+    "rescue": "SELECT awa.rescue_unchecked('stale_heartbeat', interval '1 s', true, '{}', '{}', 10)",
+    "promote": "SELECT awa.promote_due_skip_busy(10)",
     "cleanup": "SELECT awa.cleanup(interval '1 s', interval '1 s', 10)",
     "grant": "SELECT awa.grant_roles('a', 'b', 'c')",
     "write a ring ledger": "INSERT INTO awa.queue_ring_rotations (generation, slot) VALUES (-1, 0)",

@@ -26,7 +26,7 @@ SELECT awa.resolve_callback(%s, %s, %s, %s, %s, %s::text[], %s::text[])
 
 -- name: cancel_job
 -- Held jobs (waiting for a concurrency slot) too, see v021_concurrency.sql.
-SELECT awa.cancel_job_v2(%s, %s)
+SELECT awa.cancel_job(%s, %s)
 
 -- name: lease_callback
 -- The callback a live attempt of this job waits for, if any.

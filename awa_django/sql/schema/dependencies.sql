@@ -301,14 +301,17 @@ LANGUAGE sql STABLE AS $$
 $$;
 
 -- [from v022_dependencies.sql]
+DROP TRIGGER IF EXISTS settle_dependencies ON awa.receipt_completion_batches;
 CREATE TRIGGER settle_dependencies AFTER INSERT ON awa.receipt_completion_batches
     FOR EACH ROW EXECUTE FUNCTION awa.settle_outcome('batch');
 
 -- [from v022_dependencies.sql]
+DROP TRIGGER IF EXISTS settle_dependencies ON awa.done_entries;
 CREATE TRIGGER settle_dependencies AFTER INSERT ON awa.done_entries
     FOR EACH ROW WHEN (NEW.state IN ('completed', 'failed', 'cancelled'))
     EXECUTE FUNCTION awa.settle_outcome('row');
 
 -- [from v022_dependencies.sql]
+DROP TRIGGER IF EXISTS settle_dependencies ON awa.dlq_entries;
 CREATE TRIGGER settle_dependencies AFTER INSERT ON awa.dlq_entries
     FOR EACH ROW EXECUTE FUNCTION awa.settle_outcome('dlq');
