@@ -84,8 +84,33 @@ REMOVED = (
     "truncate_ring_slot",
 )
 
+# Differences the squash makes on purpose.
+EXPECTED = {
+    # The maintenance list named prune_ring and rescue_v2, so the entry points
+    # that superseded them (prune_ring_v4/_v5, rescue_v3) escaped it; under
+    # their final names they are listed and restricted to maintainers.
+    ("ACL", "FUNCTION prune_ring(p_ring text, p_lock_timeout_ms integer, p_failed_retention interval)"),
+    ("ACL", "FUNCTION prune_ring_unchecked(p_ring text, p_lock_timeout_ms integer, p_failed_retention interval)"),
+    ("ACL", "FUNCTION rescue(p_reason text, p_staleness interval, p_dlq_default boolean, p_dlq_on text[], p_dlq_off text[], p_limit integer)"),
+    # The list itself: removed functions out, the two entry points above in.
+    ("FUNCTION", "maintenance_functions()"),
+    # The column comment named a removed function.
+    ("COMMENT", "COLUMN lease_claim_batches.claim_nonce"),
+}
+
 _NAME = re.compile(r"\b(%s)\b" % "|".join(sorted(RENAMED, key=len, reverse=True)))
 _HEADER = re.compile(r"^-- Name: (?P<name>.*?); Type: (?P<type>[^;]*);", re.MULTILINE)
+
+
+def uncomment(line: str) -> str:
+    """``line`` without its ``--`` comment (one outside a string literal)."""
+    quoted = False
+    for index, char in enumerate(line):
+        if char == "'":
+            quoted = not quoted
+        elif not quoted and line.startswith("--", index):
+            return line[:index]
+    return line
 
 
 def rename(text: str) -> str:
@@ -159,6 +184,11 @@ def objects(dsn: str, *, old: bool) -> dict[tuple[str, str], str]:
             # \restrict / \unrestrict carry a random key per dump.
             if line.strip() and not line.startswith(("--", "\\restrict", "\\unrestrict"))
         )
+        # Comments inside function bodies were rewritten (they told the
+        # history); the code is what must match.
+        body = "\n".join(
+            stripped for line in body.splitlines() if (stripped := uncomment(line).rstrip())
+        )
         kind, name = match["type"], match["name"]
         if old:
             function = re.match(r"(?:FUNCTION )?(\w+)\(", name)
@@ -197,6 +227,9 @@ def main() -> int:
     for key in sorted(set(old) | set(new)):
         if old.get(key) == new.get(key):
             continue
+        if key in EXPECTED:
+            print(f"\n(expected) {key[0]} {key[1]}")
+            continue
         differing += 1
         print(f"\n=== {key[0]} {key[1]}: " + ("only in the old chain" if key not in new
               else "only in the squash" if key not in old else "differs"))
@@ -209,7 +242,7 @@ def main() -> int:
                 )
             )
             print()
-    print(f"\n{differing} object(s) differ")
+    print(f"\n{differing} unexpected difference(s)")
     return 1 if differing else 0
 
 

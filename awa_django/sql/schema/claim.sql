@@ -1,5 +1,32 @@
--- [from v021_concurrency.sql]
--- Version 2's test, plus held jobs (they run once a slot frees).
+-- Claim: one lane at a time, paid by the batch, not by the backlog.
+--
+-- awa.claim_ready(queue, stripes, ...) is the worker's claim.  It checks
+-- the logical queue's pause, releases held jobs of keyed queues
+-- (concurrency.sql), sets the claim nonce and then takes jobs from each
+-- stripe in the order given (the caller starts one stripe further on each
+-- time) through awa.claim_queue until the batch is full: one round trip,
+-- one claim batch row per stripe it took jobs from.
+--
+-- awa.claim_queue claims from one physical queue.  Each step picks the
+-- best lane with work beyond its claim cursor (effective priority, then
+-- age) with ORDER BY ... LIMIT 1 FOR UPDATE SKIP LOCKED, so it locks only
+-- that lane and a second claimer moves on to another one; a lane already
+-- visited is not visited again.  It probes the lane head with the first
+-- segment beyond the cursor and reads only the segments that can hold the
+-- rows it wants.  Aging: a lane whose head segment has run_at r competes
+-- at priority - floor((now - r) / aging_interval), and the claim takes from
+-- a lane only the segments that age like its head, so a claim of many jobs
+-- hands them out in the order single claims would.  The lane probes are
+-- planned once per call, and every statement with its actual values, so
+-- only the ring partitions it reads are locked.
+--
+-- A claim commits with synchronous_commit off: a claim lost in a crash is
+-- claimed again, and the nonce (close.sql) keeps the lost attempt from
+-- closing the new one.  awa.queues_have_work answers a burst worker's
+-- "anything left?" without claiming.
+
+-- Any work for these queues: claimable segments, open receipts, due
+-- deferred jobs, and held jobs (they run once a slot frees).
 CREATE OR REPLACE FUNCTION awa.queues_have_work(p_queues text[]) RETURNS boolean
 LANGUAGE sql STABLE AS $$
     SELECT EXISTS (
@@ -18,8 +45,8 @@ LANGUAGE sql STABLE AS $$
     )
 $$;
 
--- [from v023_unnested_batches.sql]
--- Version 5 with its lane probes planned once (see the header).
+-- Claim from one physical queue (see the header): lanes one at a time,
+-- the concurrency-slot check inline, the lane probes planned once.
 CREATE OR REPLACE FUNCTION awa.claim_queue(
     p_queue text, p_max integer, p_runtime uuid, p_deadline interval, p_aging interval)
 RETURNS TABLE (job_id bigint, run_lease bigint, kind text, priority smallint,
@@ -95,11 +122,11 @@ BEGIN
     IF p_deadline > interval '0' THEN
         v_deadline := v_now + p_deadline;
     END IF;
-    -- As in version 2: a lost claim is claimed again, so no WAL flush wait.
+    -- A lost claim is claimed again, so no WAL flush wait.
     PERFORM set_config('synchronous_commit', 'off', true);
 
     LOOP
-        -- The best lane with work beyond its cursor (version 2).  This
+        -- The best lane with work beyond its cursor.  This
         -- statement and the next read every partition of ready_segments
         -- whatever their parameters, so a plan made once serves them: a
         -- custom plan per call cost about 0.3 ms of planning each.
@@ -373,8 +400,8 @@ BEGIN
 END
 $$;
 
--- [from v023_unnested_batches.sql]
--- Version 6 over version 7.
+-- The worker's claim: pause, held-job release and nonce, then
+-- awa.claim_queue over the stripes in the order given.
 CREATE OR REPLACE FUNCTION awa.claim_ready(
     p_queue text, p_stripes text[], p_max integer, p_runtime uuid, p_deadline interval,
     p_aging interval, p_claim_nonce bigint)
@@ -392,7 +419,7 @@ BEGIN
     IF p_max <= 0 THEN
         RETURN;
     END IF;
-    -- An unstriped queue's pause is checked by version 7 itself.
+    -- An unstriped queue's pause is checked by awa.claim_queue itself.
     IF p_stripes <> ARRAY[p_queue] AND EXISTS (
            SELECT 1 FROM awa.queue_meta m
             WHERE m.queue = p_queue AND m.paused_at IS NOT NULL) THEN

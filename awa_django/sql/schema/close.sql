@@ -1,4 +1,41 @@
--- [from v002_runtime.sql]
+-- Closing attempts: the run_lease guard, receipts and their evidence.
+--
+-- A claim appends one compact row to the claim ring (lease_claim_batches)
+-- listing every attempt it handed out, each with run_lease = previous + 1
+-- and the claiming worker's random nonce.  An attempt in that row is a
+-- receipt, named by (claim_slot, batch_id, item).  Every way an attempt
+-- ends -- complete, retry, snooze, fail, cancel, hand back, rescue -- goes
+-- through a close that locks the batch row, keeps only the items that have
+-- no closure evidence yet and whose (job_id, run_lease, nonce) still
+-- match, and writes evidence for exactly those.  One closer wins; the
+-- others learn their attempt is stale and write nothing.
+--
+-- Why a nonce.  Claims commit with synchronous_commit off, so a server
+-- crash can undo the last claims while their workers keep running.  The
+-- job is claimed again with the same run_lease (and claim_batch_seq can
+-- roll back too), so without the nonce the lost attempt's late completion
+-- would close the attempt running now.  The claim passes its nonce through
+-- the transaction-local setting awa.claim_nonce, which the column default
+-- of lease_claim_batches.claim_nonce reads.
+--
+-- Evidence, not updates.  An all-success batch (the common case) writes one
+-- receipt_completion_batches row and a closure row, and never reads the
+-- queue ring; other outcomes write a narrow done_entries row that points at
+-- the ready row in the same slot, a deferred_jobs row for a retry, or a
+-- dead-letter row.  Reads of the claim ring carry `claim_slot = ANY (...)`
+-- and the statements are planned with their actual values
+-- (force_custom_plan), so partitions are pruned at plan time and only what
+-- is read gets locked: a prune's ACCESS EXCLUSIVE request on some other
+-- slot never queues a close.
+--
+-- Besides awa.close_attempts (the worker's batched close), three closes
+-- serve callers inside the substrate: awa.close_attempts_checked (drops
+-- the items whose nonce does not match, then applies the rest through
+-- awa.close_attempts_unchecked; used by cancel) and
+-- awa.close_rescued_attempts (used by rescue, which has no nonce to
+-- match).  awa.record_progress takes the batch lock like a close, so
+-- progress is never written after its attempt closed.
+
 -- ---------------------------------------------------------------------------
 -- Closing attempts
 -- ---------------------------------------------------------------------------
@@ -145,7 +182,9 @@ BEGIN
 END
 $$;
 
--- [from v007_close.sql]
+-- The same close for a caller that already matched the claim nonces
+-- (awa.close_attempts_checked): reads the queue ring only for outcomes that
+-- need a job body, with every ring read pruned to the slots named.
 CREATE OR REPLACE FUNCTION awa.close_attempts_unchecked(
     p_claim_slots smallint[], p_batch_ids bigint[], p_items integer[], p_job_ids bigint[],
     p_run_leases bigint[], p_targets text[], p_outcomes text[], p_run_ats timestamptz[],
@@ -366,7 +405,6 @@ BEGIN
 END
 $$;
 
--- [from v009_claim_nonce.sql]
 -- Elements of an array at the given 1-based positions, in that order (NULL
 -- stays NULL: a NULL column means "every item has the default").
 CREATE OR REPLACE FUNCTION awa.array_pick(p_values anyarray, p_positions integer[])
@@ -378,7 +416,6 @@ LANGUAGE sql IMMUTABLE AS $$
                             ORDER BY k.n) END
 $$;
 
--- [from v011_leases.sql]
 -- Only the receipt: is this claim item handed out and not closed?
 CREATE OR REPLACE FUNCTION awa.receipt_is_open(
     p_claim_slot smallint, p_batch_id bigint, p_item integer, p_job_id bigint,
@@ -397,7 +434,6 @@ LANGUAGE sql STABLE AS $$
                           AND p_item = ANY (y.items))
 $$;
 
--- [from v011_leases.sql]
 -- An attempt is open while its receipt is, or once materialised, while its
 -- lease lives (progress writes and the worker's "was I closed?" use this).
 CREATE OR REPLACE FUNCTION awa.attempt_is_open(
@@ -412,7 +448,9 @@ LANGUAGE sql STABLE AS $$
                       AND l.claim_nonce IS NOT DISTINCT FROM p_claim_nonce)
 $$;
 
--- [from v009_claim_nonce.sql]
+-- Close with the claim nonce checked: items whose batch nonce differs from
+-- the one given are dropped as stale, the rest go through
+-- awa.close_attempts_unchecked.  Operator cancel closes through this.
 CREATE OR REPLACE FUNCTION awa.close_attempts_checked(
     p_claim_slots smallint[], p_batch_ids bigint[], p_items integer[], p_job_ids bigint[],
     p_run_leases bigint[], p_claim_nonces bigint[], p_targets text[], p_outcomes text[],
@@ -427,7 +465,8 @@ DECLARE
     v_keep   integer[];
 BEGIN
     PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
-    -- The guard's batch lock (version 2 takes it again, a no-op), and the
+    -- The guard's batch lock (awa.close_attempts_unchecked takes it again, a
+    -- no-op), and the
     -- nonces of the batches it holds.
     SELECT array_agg(b.claim_slot), array_agg(b.batch_id), array_agg(b.claim_nonce)
       INTO v_slots, v_ids, v_nonces
@@ -469,7 +508,6 @@ BEGIN
 END
 $$;
 
--- [from v009_claim_nonce.sql]
 CREATE OR REPLACE FUNCTION awa.record_progress(
     p_claim_slots smallint[], p_batch_ids bigint[], p_items integer[], p_job_ids bigint[],
     p_run_leases bigint[], p_claim_nonces bigint[], p_progress text[])
@@ -499,7 +537,6 @@ BEGIN
 END
 $$;
 
--- [from v009_claim_nonce.sql]
 -- Which of these attempts are no longer theirs to close: closed by someone
 -- (rescue, cancel, hand-back), or never committed (a claim a crash reverted).
 CREATE OR REPLACE FUNCTION awa.closed_attempts(
@@ -514,7 +551,6 @@ LANGUAGE sql STABLE AS $$
                                       i.claim_nonce)
 $$;
 
--- [from v011_leases.sql]
 -- One error-history entry written by the database (rescue, callbacks).
 CREATE OR REPLACE FUNCTION awa.error_entry(
     p_history jsonb, p_attempt smallint, p_type text, p_message text)
@@ -525,7 +561,6 @@ LANGUAGE sql STABLE AS $$
                'traceback', '', 'at', clock_timestamp())))::text
 $$;
 
--- [from v011_leases.sql]
 -- Where a failed attempt goes: retry while attempts remain, else DLQ or failed.
 CREATE OR REPLACE FUNCTION awa.failure_target(
     p_attempt smallint, p_max_attempts smallint, p_queue text, p_dlq_default boolean,
@@ -538,7 +573,6 @@ LANGUAGE sql IMMUTABLE AS $$
                 ELSE 'failed' END
 $$;
 
--- [from v023_unnested_batches.sql]
 CREATE OR REPLACE FUNCTION awa.close_attempts(
     p_claim_slots smallint[], p_batch_ids bigint[], p_items integer[], p_job_ids bigint[],
     p_run_leases bigint[], p_claim_nonces bigint[], p_targets text[], p_outcomes text[],
@@ -555,7 +589,7 @@ DECLARE
     v_held_nonces bigint[];
 BEGIN
     -- Planned with the actual arrays, so the slot predicates prune the rings'
-    -- partitions at plan time (version 2): only what is read is locked.
+    -- partitions at plan time: only what is read is locked.
     PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
 
     -- The guard: one closer at a time per claim batch (ordered: no deadlocks),
@@ -795,7 +829,6 @@ BEGIN
 END
 $$;
 
--- [from v001_substrate.sql]
 -- ---------------------------------------------------------------------------
 -- Read surfaces
 -- ---------------------------------------------------------------------------
@@ -811,7 +844,6 @@ SELECT b.claim_slot, b.batch_id, i.item::integer AS item, i.job_id, i.run_lease,
        WITH ORDINALITY AS i(job_id, run_lease, attempt, priority, effective_priority, shard,
                             lane_seq, ready_slot, item);
 
--- [from v023_unnested_batches.sql]
 -- Attempts with no closure evidence yet: what is running right now.  A
 -- batch all of whose items have evidence is skipped after one count of its
 -- distinct evidence items; only the others are tested item by item.

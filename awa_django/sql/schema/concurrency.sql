@@ -1,4 +1,36 @@
--- [from v021_concurrency.sql]
+-- Per-key concurrency: at most N running attempts of a key, fleet wide.
+--
+-- A job whose metadata carries "awa:concurrency_key" (and optionally
+-- "awa:concurrency_limit", 1 by default) runs only while fewer than that
+-- many attempts of its key are open anywhere.  The check is made inside
+-- the claim, in PostgreSQL.
+--
+-- Slots.  awa.concurrency_slots holds one row per (key, slot number),
+-- created when a claim first needs it; a taken slot names its attempt by
+-- claim key (and job id and run_lease, for a lease).  A slot is free when
+-- it names nothing or when its attempt is no longer open.  Nothing ever
+-- hands a slot back: every way an attempt ends already writes the closure
+-- evidence that frees it, and an attempt that escalated to a lease keeps
+-- its slot for as long as the lease lives.  Taking slots is one set-based
+-- statement per lane read, FOR UPDATE SKIP LOCKED, so claimers never wait
+-- for each other over a slot; the rows are small and their indexed columns
+-- never change (HOT updates).  awa.concurrency_slot_busy spells the busy
+-- test the claim inlines, for diagnostics.  The claim switches JIT off once
+-- it meets a key: the planner's estimates for these statements would buy a
+-- compilation that costs far more than running them.
+--
+-- Held jobs.  A candidate whose key has no free slot is not handed out: the
+-- lane moves past it and the job, body and all, moves to
+-- awa.concurrency_waiting (a hold table, like deferred_jobs), and the queue
+-- is marked (queue_meta.holds_keyed).  A claim of a marked queue that has
+-- held jobs first calls awa.release_concurrency: for each key with free
+-- slots, that many of its oldest held jobs go back to the tail of their
+-- lanes in the claim's own transaction, so the same claim can take them.
+-- Lanes a producer holds are skipped (SKIP LOCKED), as promotion does.
+--
+-- A job without a key costs one jsonb field read per candidate, and the
+-- claim of an unmarked queue takes no lock it would not take anyway.
+
 CREATE TABLE IF NOT EXISTS awa.concurrency_slots (
     key         text        NOT NULL,
     slot        integer     NOT NULL,
@@ -12,11 +44,9 @@ CREATE TABLE IF NOT EXISTS awa.concurrency_slots (
     PRIMARY KEY (key, slot)
 );
 
--- [from v021_concurrency.sql]
 COMMENT ON TABLE awa.concurrency_slots IS
     'Per-key concurrency slots: the attempt holding each slot (free once that attempt is closed).';
 
--- [from v021_concurrency.sql]
 CREATE TABLE IF NOT EXISTS awa.concurrency_waiting (
     key          text        NOT NULL,
     held_seq     bigint      GENERATED ALWAYS AS IDENTITY,
@@ -42,21 +72,17 @@ CREATE TABLE IF NOT EXISTS awa.concurrency_waiting (
     PRIMARY KEY (job_id)
 );
 
--- [from v021_concurrency.sql]
 CREATE INDEX IF NOT EXISTS concurrency_waiting_queue_idx
     ON awa.concurrency_waiting (queue, held_seq);
 
--- [from v021_concurrency.sql]
 -- A queue's keys in key order (the release's walk), each key's held jobs
 -- oldest first.
 CREATE INDEX IF NOT EXISTS concurrency_waiting_key_idx
     ON awa.concurrency_waiting (queue, key, held_seq);
 
--- [from v021_concurrency.sql]
 COMMENT ON TABLE awa.concurrency_waiting IS
     'Jobs claimed while their concurrency key had no free slot, until a slot frees.';
 
--- [from v021_concurrency.sql]
 -- The limit a job's metadata asks for: "awa:concurrency_limit" when it is
 -- a number (clamped to 1..10000), else 1.
 CREATE OR REPLACE FUNCTION awa.concurrency_limit(p_metadata jsonb) RETURNS integer
@@ -67,7 +93,6 @@ LANGUAGE sql IMMUTABLE AS $$
                 ELSE 1 END
 $$;
 
--- [from v021_concurrency.sql]
 -- Whether the slot row names an attempt that still runs: its receipt has
 -- no closure evidence, or it materialised a lease that lives.  The claim
 -- key names one attempt (batch ids are never reused), so neither the job
@@ -93,7 +118,6 @@ LANGUAGE sql STABLE AS $$
                         WHERE l.job_id = p_slot.job_id AND l.run_lease = p_slot.run_lease))
 $$;
 
--- [from v021_concurrency.sql]
 -- Put held jobs of p_queues back into their lanes, as many per key as the
 -- key has free slots, oldest first, at most p_limit; returns how many.
 -- The keys looked at: the key of each queue's oldest held job and the
@@ -135,7 +159,7 @@ BEGIN
     IF cardinality(k_keys) = 0 THEN
         RETURN 0;
     END IF;
-    PERFORM set_config('jit', 'off', true);  -- see awa.claim_ready_v5
+    PERFORM set_config('jit', 'off', true);  -- see the header
 
     -- Per key, its free slots under the limit of its oldest held job (slot
     -- rows not created yet count as free), then that many of its oldest

@@ -1,4 +1,32 @@
--- [from v015_console.sql]
+-- The console's reads: descriptors, job windows, counts and the views.
+--
+-- Descriptors.  Workers upsert the labels of the queues and job kinds they
+-- run at start and on every heartbeat, with a hash of the content, and
+-- record the hashes they hold on their runtime_instances row.  A
+-- descriptor is stale when no live runtime refreshed it lately and drifted
+-- when live runtimes report different hashes (a deploy in progress).
+--
+-- Reads by id window.  awa.jobs is one view over every plane; filtering it
+-- by id cannot use an index on the compact planes, which hold job ids in
+-- arrays.  awa.job_window(lo, hi) returns the rows of awa.jobs with ids in
+-- [lo, hi], each branch through an index: the BRIN on ready rows, the
+-- btrees of the row planes, and an expression index on each batch's
+-- highest id (awa.max_id: one entry per batch, not per job).  awa.job_page
+-- walks windows down from the newest id, four times wider each step, until
+-- it has a page.
+--
+-- Counts from what the storage keeps.  The state counts take each state
+-- from its cheapest exact source -- available from the segments beyond
+-- each lane's claim cursor minus their tombstones, compact completions from
+-- array lengths, pruned history from the rollups -- instead of counting
+-- rows of the view.  awa.queue_state_counts counts one queue (or all),
+-- awa.ring_state_counts a list of queues, and awa.state_counts adds the
+-- jobs held for a concurrency slot, as available (as awa.jobs shows them).
+--
+-- The views (awa.jobs, awa.terminal_jobs) read every plane: the read side
+-- of an append-only store.  A terminal row superseded by a retry or a DLQ
+-- move (awa.done_supersessions) is hidden.
+
 -- ---------------------------------------------------------------------------
 -- Descriptors
 -- ---------------------------------------------------------------------------
@@ -15,16 +43,12 @@ CREATE TABLE IF NOT EXISTS awa.queue_descriptors (
     last_seen_at  timestamptz NOT NULL DEFAULT now()
 );
 
--- [from v015_console.sql]
 CREATE INDEX IF NOT EXISTS queue_descriptors_seen_idx ON awa.queue_descriptors (last_seen_at);
 
--- [from v015_console.sql]
+-- The same labels for job kinds, plus the queue a kind runs on by default.
 CREATE TABLE IF NOT EXISTS awa.job_kind_descriptors (LIKE awa.queue_descriptors INCLUDING ALL);
-
--- [from v015_console.sql]
 ALTER TABLE awa.job_kind_descriptors ADD COLUMN IF NOT EXISTS queue text;
 
--- [from v015_console.sql]
 -- ---------------------------------------------------------------------------
 -- Queue samples (the console's charts)
 -- ---------------------------------------------------------------------------
@@ -41,10 +65,8 @@ CREATE TABLE IF NOT EXISTS awa.queue_samples (
     PRIMARY KEY (queue, sampled_at)
 );
 
--- [from v015_console.sql]
 CREATE INDEX IF NOT EXISTS queue_samples_at_idx ON awa.queue_samples (sampled_at);
 
--- [from v015_console.sql]
 -- Upsert one runtime's descriptors (parallel arrays, one element each) and
 -- record their hashes on its row.  p_kind is 'queue' or 'kind'.
 CREATE OR REPLACE FUNCTION awa.sync_descriptors(
@@ -91,7 +113,6 @@ BEGIN
 END
 $$;
 
--- [from v015_console.sql]
 -- Descriptors of one catalog with their liveness: stale when no runtime
 -- whose heartbeat is younger than p_staleness refreshed the row within
 -- p_staleness; drifted when such runtimes hold more than one hash for it.
@@ -124,7 +145,6 @@ LANGUAGE sql STABLE AS $$
      ORDER BY c.name
 $$;
 
--- [from v015_console.sql]
 CREATE OR REPLACE FUNCTION awa.cleanup_descriptors(p_retention interval)
 RETURNS integer
 LANGUAGE plpgsql AS $$
@@ -140,7 +160,6 @@ BEGIN
 END
 $$;
 
--- [from v015_console.sql]
 -- ---------------------------------------------------------------------------
 -- Reads by id window
 -- ---------------------------------------------------------------------------
@@ -152,9 +171,8 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
     SELECT max(x) FROM unnest(p_ids) AS x
 $$;
 
--- [from v021_concurrency.sql]
--- Version 15's window over every source (one job, a page of the console),
--- plus held jobs as available.
+-- The rows of awa.jobs with ids in [p_lo, p_hi], every source read through
+-- an index (see the header); held jobs show as available.
 CREATE OR REPLACE FUNCTION awa.job_window(p_lo bigint, p_hi bigint)
 RETURNS TABLE (id bigint, kind text, queue text, state text, priority smallint,
                attempt smallint, max_attempts smallint, run_lease bigint, args json,
@@ -259,7 +277,6 @@ LANGUAGE sql STABLE AS $$
      WHERE w.job_id BETWEEN p_lo AND p_hi
 $$;
 
--- [from v015_console.sql]
 -- ---------------------------------------------------------------------------
 -- Counts
 -- ---------------------------------------------------------------------------
@@ -340,7 +357,6 @@ LANGUAGE sql STABLE AS $$
     HAVING sum(c.n) <> 0
 $$;
 
--- [from v015_console.sql]
 CREATE OR REPLACE FUNCTION awa.sample_queues(p_keep interval)
 RETURNS integer
 LANGUAGE plpgsql AS $$
@@ -359,7 +375,6 @@ BEGIN
 END
 $$;
 
--- [from v019_queue_policy.sql]
 -- awa.job_page filtering by any of p_queues (NULL: every queue).
 CREATE OR REPLACE FUNCTION awa.job_page(
     p_before bigint, p_floor bigint, p_limit integer, p_state text, p_queues text[],
@@ -404,7 +419,6 @@ BEGIN
 END
 $$;
 
--- [from v019_queue_policy.sql]
 -- awa.queue_state_counts of any of p_queues (NULL: every queue), per queue and
 -- state: each source is read once for all of them, not once per queue.
 CREATE OR REPLACE FUNCTION awa.ring_state_counts(p_queues text[])
@@ -481,12 +495,9 @@ LANGUAGE sql STABLE AS $$
     HAVING sum(c.n) <> 0
 $$;
 
--- [from v022_dependencies.sql]
--- Per-key concurrency (version 21) left two readers blind to the jobs a
--- claim held aside for a slot (awa.concurrency_waiting): the state counts
--- and drain.  Both are wrapped here rather than restated.
 
--- Version 19's counts, plus held jobs as available (as awa.jobs shows them).
+-- awa.ring_state_counts plus the jobs held for a concurrency slot, as
+-- available (as awa.jobs shows them).
 CREATE OR REPLACE FUNCTION awa.state_counts(p_queues text[])
 RETURNS TABLE (queue text, state text, n bigint)
 LANGUAGE sql STABLE AS $$
@@ -500,15 +511,12 @@ LANGUAGE sql STABLE AS $$
      GROUP BY c.queue, c.state
 $$;
 
--- [from v015_console.sql]
 CREATE INDEX IF NOT EXISTS receipt_completion_batches_max_id_idx
     ON awa.receipt_completion_batches (awa.max_id(job_ids));
 
--- [from v015_console.sql]
 CREATE INDEX IF NOT EXISTS lease_claim_batches_max_id_idx
     ON awa.lease_claim_batches (awa.max_id(job_ids));
 
--- [from v011_leases.sql]
 CREATE OR REPLACE VIEW awa.terminal_jobs AS
 SELECT d.job_id                                AS id,
        COALESCE(d.kind, r.kind)                AS kind,
@@ -550,8 +558,8 @@ SELECT c.job_id, r.kind, b.queue, 'completed'::text, c.priority, c.attempt, r.ma
     ON r.ready_slot = b.ready_slot AND r.queue = b.queue AND r.priority = c.priority
    AND r.shard = c.shard AND r.lane_seq = c.lane_seq;
 
--- [from v021_concurrency.sql]
--- Version 11's view, plus held jobs as available.
+-- Every job, in every plane, in its current state; held jobs show as
+-- available.
 CREATE OR REPLACE VIEW awa.jobs AS
 SELECT r.job_id AS id, r.kind, r.queue, 'available'::text AS state, r.priority,
        r.attempt, r.max_attempts, r.run_lease, r.args, r.kwargs, r.metadata, r.tags,

@@ -1,8 +1,39 @@
--- [from v022_dependencies.sql]
+-- Job dependencies: a job that runs once the jobs it depends on completed.
+--
+-- Dependencies must exist when the dependent is enqueued and ids grow with
+-- enqueue time, so every edge points from a newer job to an older one: no
+-- cycle can be written.
+--
+-- A dependent waits in awa.deferred_jobs in state 'waiting' (run_at in the
+-- far future, so promotion ignores it; the views, counts, cancel and drain
+-- see it like any deferred job).  awa.job_dependencies holds one row per
+-- edge still open; awa.dependency_holds one row per waiting job with the
+-- number of open edges, the failure policy and the run_at it asked for.
+-- The counter makes release exact: two dependencies completing at once
+-- each delete their edge and decrement the same row under its lock, so
+-- exactly one of them sees zero.
+--
+-- Release happens in the completion's own transaction: row triggers on
+-- receipt_completion_batches, done_entries and dlq_entries call
+-- awa.settle_dependencies with the ids that reached an outcome.  Until the
+-- first dependent is ever enqueued this costs one read of
+-- awa.dependency_use_seq per batch.  A dependent that reaches zero becomes
+-- 'scheduled' and promotion places it in its lane (never the closer, which
+-- must not wait on a producer's lane lock).  A failed, cancelled or
+-- dead-lettered dependency cancels a 'cancel' dependent -- its own terminal
+-- row fires the trigger again, so cancellation runs down the graph -- and
+-- counts as satisfied for 'run'.
+--
+-- A dependent enqueued in a transaction still open when its dependency
+-- completes is seen by neither side; the leader's
+-- awa.recheck_dependencies closes that gap, checking never-checked edges
+-- first, then the rest oldest check first.  Settling locks the hold rows
+-- in job_id order before deleting any edge, so concurrent settlements
+-- queue instead of deadlocking.
+
 -- Used once a dependent was ever enqueued (never reset; see the header).
 CREATE SEQUENCE IF NOT EXISTS awa.dependency_use_seq;
 
--- [from v022_dependencies.sql]
 CREATE TABLE IF NOT EXISTS awa.job_dependencies (
     depends_on bigint      NOT NULL,
     job_id     bigint      NOT NULL,
@@ -10,18 +41,14 @@ CREATE TABLE IF NOT EXISTS awa.job_dependencies (
     PRIMARY KEY (depends_on, job_id)
 );
 
--- [from v022_dependencies.sql]
 CREATE INDEX IF NOT EXISTS job_dependencies_job_idx ON awa.job_dependencies (job_id);
 
--- [from v022_dependencies.sql]
 CREATE INDEX IF NOT EXISTS job_dependencies_checked_idx
     ON awa.job_dependencies (checked_at NULLS FIRST);
 
--- [from v022_dependencies.sql]
 COMMENT ON TABLE awa.job_dependencies IS
     'Open dependency edges: job_id waits for depends_on to reach a terminal state.';
 
--- [from v022_dependencies.sql]
 CREATE TABLE IF NOT EXISTS awa.dependency_holds (
     job_id     bigint      PRIMARY KEY,
     remaining  integer     NOT NULL CHECK (remaining >= 0),
@@ -29,11 +56,9 @@ CREATE TABLE IF NOT EXISTS awa.dependency_holds (
     run_at     timestamptz NOT NULL
 );
 
--- [from v022_dependencies.sql]
 COMMENT ON TABLE awa.dependency_holds IS
     'Jobs waiting on dependencies: open edges left, failure policy, the run_at to release at.';
 
--- [from v022_dependencies.sql]
 -- A job's state by id (NULL when no job has it): the job window's row,
 -- a live one first should two sources briefly hold the id.
 CREATE OR REPLACE FUNCTION awa.job_state(p_job_id bigint) RETURNS text
@@ -43,7 +68,6 @@ LANGUAGE sql STABLE AS $$
      LIMIT 1
 $$;
 
--- [from v022_dependencies.sql]
 -- Cancel waiting dependents (their hold rows already locked and deleted by
 -- the caller): their deferred rows become cancelled done rows, whose
 -- trigger settles their own dependents.
@@ -76,7 +100,6 @@ BEGIN
 END
 $$;
 
--- [from v022_dependencies.sql]
 -- The dependencies p_job_ids reached a terminal state: 'completed', or a
 -- failure ('failed', 'cancelled', 'dlq').  Returns how many dependents it
 -- released or cancelled.
@@ -158,7 +181,6 @@ BEGIN
 END
 $$;
 
--- [from v022_dependencies.sql]
 -- The triggers' body.  TG_ARGV[0] names the table's shape: 'batch' (a
 -- completion batch row, its job_ids all completed), 'row' (a terminal row,
 -- its own state) or 'dlq' (a dead-letter row).
@@ -178,7 +200,6 @@ BEGIN
 END
 $$;
 
--- [from v022_dependencies.sql]
 -- Enqueue a job that depends on p_depends_on (ids, duplicates ignored).
 -- Writes nothing and returns state 'unknown' with the ids no job has when
 -- any is missing (the caller raises; its transaction stays usable).
@@ -252,7 +273,6 @@ BEGIN
 END
 $$;
 
--- [from v022_dependencies.sql]
 -- The leader's repair pass: of p_limit edges, never checked ones first,
 -- those whose dependency is terminal are settled (see the header).  Returns how many
 -- dependents it released or cancelled.
@@ -288,7 +308,6 @@ BEGIN
 END
 $$;
 
--- [from v022_dependencies.sql]
 -- What the console shows on a job's page: the open edges it waits on and
 -- the waiting jobs that wait on it.
 CREATE OR REPLACE FUNCTION awa.job_dependency_edges(p_job_id bigint)
@@ -300,18 +319,15 @@ LANGUAGE sql STABLE AS $$
                   WHERE e.depends_on = p_job_id ORDER BY e.job_id)
 $$;
 
--- [from v022_dependencies.sql]
 DROP TRIGGER IF EXISTS settle_dependencies ON awa.receipt_completion_batches;
 CREATE TRIGGER settle_dependencies AFTER INSERT ON awa.receipt_completion_batches
     FOR EACH ROW EXECUTE FUNCTION awa.settle_outcome('batch');
 
--- [from v022_dependencies.sql]
 DROP TRIGGER IF EXISTS settle_dependencies ON awa.done_entries;
 CREATE TRIGGER settle_dependencies AFTER INSERT ON awa.done_entries
     FOR EACH ROW WHEN (NEW.state IN ('completed', 'failed', 'cancelled'))
     EXECUTE FUNCTION awa.settle_outcome('row');
 
--- [from v022_dependencies.sql]
 DROP TRIGGER IF EXISTS settle_dependencies ON awa.dlq_entries;
 CREATE TRIGGER settle_dependencies AFTER INSERT ON awa.dlq_entries
     FOR EACH ROW EXECUTE FUNCTION awa.settle_outcome('dlq');

@@ -1,4 +1,17 @@
--- [from v013_dlq.sql]
+-- Dead-letter queue.
+--
+-- dlq_entries is a hold table (deleting rows is its normal life, as for
+-- deferred_jobs), so retry and purge are one DELETE ... RETURNING each.  A
+-- retry moves the row into deferred_jobs, due now, keeping the job id and
+-- resetting attempt and run_lease; promotion places it in its lane.  The
+-- bulk forms take a bounded batch by filter with SKIP LOCKED, so two
+-- operators (or an operator and retention cleanup) never wait for each
+-- other and the caller loops batch by batch.
+--
+-- awa.move_failed_to_dlq moves a failed job's terminal row to the DLQ: the
+-- row is superseded (awa.done_supersessions) and its snapshot written to
+-- dlq_entries, under the queue ring's shared lock like awa.retry_job.
+
 -- Move DLQ rows back into the queue, due now; p_queue / p_priority (NULL:
 -- unchanged) send them elsewhere.  Returns the ids moved.
 CREATE OR REPLACE FUNCTION awa.dlq_retry(p_job_ids bigint[], p_queue text, p_priority smallint)
@@ -17,13 +30,11 @@ LANGUAGE sql AS $$
     RETURNING job_id
 $$;
 
--- [from v013_dlq.sql]
 CREATE OR REPLACE FUNCTION awa.dlq_purge(p_job_ids bigint[]) RETURNS SETOF bigint
 LANGUAGE sql AS $$
     DELETE FROM awa.dlq_entries q WHERE q.job_id = ANY (p_job_ids) RETURNING q.job_id
 $$;
 
--- [from v013_dlq.sql]
 -- Up to p_limit DLQ ids matching every given filter (NULL: any), oldest
 -- move first, skipping rows another transaction holds.
 CREATE OR REPLACE FUNCTION awa.dlq_select(
@@ -40,7 +51,6 @@ LANGUAGE sql AS $$
                FOR UPDATE SKIP LOCKED) s
 $$;
 
--- [from v013_dlq.sql]
 -- Move a failed job to the DLQ.  Returns 'moved', 'already_<state>' for a
 -- job that is not failed (nothing changes), or NULL for an unknown id.
 CREATE OR REPLACE FUNCTION awa.move_failed_to_dlq(p_job_id bigint, p_reason text)

@@ -1,4 +1,33 @@
--- [from v014_unique.sql]
+-- Enqueue: lanes, segments and unique jobs.
+--
+-- A lane is (queue, priority, shard).  A producer reserves lane positions
+-- by updating the lane's row in queue_enqueue_heads; the row lock it takes
+-- holds back every other producer of that lane until it commits, so
+-- committed lane sequences have no gaps and a claimer that reads up to the
+-- committed end never skips a row that commits later.  A rollback undoes
+-- the reservation with it.  Queues that carry a lot of producers spread
+-- over several enqueue shards (queue_meta.enqueue_shards): each shard is a
+-- lane of its own, chosen by hash of the ordering key when there is one,
+-- so jobs that share an ordering key keep their order.
+--
+-- Every reservation writes its rows into the current queue-ring slot and
+-- one ready_segments row per run of positions [start_seq, end_seq) that
+-- share a millisecond of run_at, stamped with the oldest run_at of the run.
+-- Claims read segments, never the ready rows themselves, to find work, and
+-- claim-time aging reads a lane's age from its head segment, so that stamp
+-- is what makes aging exact.  Batches (`bulk_enqueue`, COPY) reserve once
+-- per lane with awa.reserve_ready_batch / awa.reserve_ready_run and write
+-- the rows themselves.
+--
+-- Unique jobs.  awa.enqueue_unique takes a claim on the key (a hash the
+-- producer computes) in awa.unique_claims.  The claim names its job and the
+-- states in which it holds, and lapses by itself once the job leaves those
+-- states: the next enqueue with the key reads the holder's state and takes
+-- the claim over.  No completion, cancel or DLQ move has to know about
+-- uniqueness.  A duplicate never raises: the holder's id comes back and
+-- nothing is written, so the producer's transaction stays usable.
+-- Producers of one key serialise on its claim row.
+
 CREATE TABLE IF NOT EXISTS awa.unique_claims (
     unique_key text        PRIMARY KEY,
     job_id     bigint      NOT NULL,
@@ -6,10 +35,8 @@ CREATE TABLE IF NOT EXISTS awa.unique_claims (
     claimed_at timestamptz NOT NULL DEFAULT now()
 );
 
--- [from v014_unique.sql]
 CREATE INDEX IF NOT EXISTS unique_claims_claimed_at_idx ON awa.unique_claims (claimed_at);
 
--- [from v001_substrate.sql]
 -- ---------------------------------------------------------------------------
 -- Enqueue
 -- ---------------------------------------------------------------------------
@@ -23,7 +50,6 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
                 ELSE 'awa:' || md5(p_queue) END
 $$;
 
--- [from v001_substrate.sql]
 -- Lane shard for a job: 0 unless the queue has several enqueue shards; jobs
 -- sharing an ordering key always land on the same shard, others spread by
 -- the salt.
@@ -37,13 +63,11 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     END)::smallint
 $$;
 
--- [from v001_substrate.sql]
 CREATE OR REPLACE FUNCTION awa.enqueue_shards(p_queue text) RETURNS integer
 LANGUAGE sql STABLE AS $$
     SELECT COALESCE((SELECT m.enqueue_shards FROM awa.queue_meta m WHERE m.queue = p_queue), 1)
 $$;
 
--- [from v001_substrate.sql]
 -- Reserve p_count consecutive sequence numbers on a lane and return the first.
 -- The UPDATE's row lock is held until the caller's transaction ends: that is
 -- the lane lock.  A new lane is created on first use (in the caller's
@@ -71,7 +95,6 @@ BEGIN
 END
 $$;
 
--- [from v001_substrate.sql]
 -- Single-job enqueue in one round trip.  Future run_at goes to deferred_jobs;
 -- everything else is appended to the current ready slot under the lane lock,
 -- with its one-job segment, and the queue channel is notified (delivered at
@@ -117,7 +140,6 @@ BEGIN
 END
 $$;
 
--- [from v019_queue_policy.sql]
 -- Place jobs in the ready ring: given each job's lane (queue, priority,
 -- shard) and run_at in input order, reserve every lane's range once (lanes
 -- in a fixed order, so concurrent batch producers cannot deadlock on each
@@ -194,7 +216,6 @@ BEGIN
 END
 $$;
 
--- [from v014_unique.sql]
 CREATE OR REPLACE FUNCTION awa.enqueue_unique(
     p_unique_key text, p_states text[], p_queue text, p_priority smallint, p_kind text,
     p_args json, p_kwargs json, p_metadata jsonb, p_tags text[], p_max_attempts smallint,
@@ -229,7 +250,6 @@ BEGIN
 END
 $$;
 
--- [from v019_queue_policy.sql]
 -- awa.reserve_ready_batch with each job's run_at (NULL: due now), so the
 -- segments age from the rows' own due times.
 CREATE OR REPLACE FUNCTION awa.reserve_ready_batch(
@@ -253,7 +273,6 @@ BEGIN
 END
 $$;
 
--- [from v023_unnested_batches.sql]
 -- Reserve p_count lane positions and job ids for jobs of one queue and
 -- priority that are due now, on a queue with a single enqueue shard; no row
 -- for a queue with several (the caller then uses reserve_ready_batch,

@@ -1,4 +1,24 @@
--- [from v011_leases.sql]
+-- Leases: attempts that need mutable state.
+--
+-- A short attempt lives and dies as a receipt.  One that needs more -- a
+-- registered callback, a wait, explicit heartbeats, a long-running queue --
+-- escalates to a row in the lease ring (awa.materialize_lease).  In the
+-- same transaction its receipt gets closure evidence ('materialized'), so a
+-- long wait never pins the claim ring; the lease carries the attempt's lane
+-- keys and ready slot, so the queue ring keeps the job body while the lease
+-- lives.
+--
+-- Leases are the one mutable execution table: heartbeats and parking are
+-- UPDATEs, and the close is a DELETE.  The row's disappearance is the
+-- closure evidence and the DELETE is the guard: two closers serialise on
+-- the row and the second finds nothing.  Lease rows are few and short
+-- lived; the lease ring truncates a slot once it holds none.
+--
+-- awa.close_leases writes the same outcome rows as a receipt close (a
+-- narrow terminal row, a deferred row for a retry, a dead-letter row).
+-- External callbacks (awa.resolve_callback) and the rescue of stale,
+-- expired and timed-out leases go through it.
+
 -- Escalate an open receipt to a lease (or update the lease it already has).
 -- p_callback_id registers a callback that times out after p_callback_timeout.
 -- Returns false when the attempt is no longer open (rescued, cancelled).
@@ -52,7 +72,6 @@ BEGIN
 END
 $$;
 
--- [from v011_leases.sql]
 -- Park a running lease that has a callback: the handler returned
 -- WaitForCallback, its worker slot is free, the job waits for the callback
 -- (or its timeout).  False when the lease is gone (a callback or a cancel
@@ -80,7 +99,6 @@ BEGIN
 END
 $$;
 
--- [from v011_leases.sql]
 -- Close leased attempts; same closure arrays as awa.close_attempts_checked minus
 -- the receipt locators (a lease is found by its attempt: the lease ring
 -- may have rotated since the claim).  Returns the attempts closed; a
@@ -164,7 +182,6 @@ BEGIN
 END
 $$;
 
--- [from v011_leases.sql]
 -- Resolve a callback.  p_action: 'complete' (result p_payload), 'fail'
 -- (terminal: DLQ or failed, p_error in the history), 'retry' (due now),
 -- 'resume' (a sequential wait: the payload is handed to the waiting
@@ -234,7 +251,6 @@ BEGIN
 END
 $$;
 
--- [from v011_leases.sql]
 -- The heartbeat of a runtime's leases.  Only the attempts it still runs
 -- (named by the caller) are refreshed: a lease the runtime lost track of (a
 -- materialisation whose reply never arrived) goes stale and is rescued.

@@ -1,4 +1,50 @@
--- [from v011_leases.sql]
+-- Maintenance: rotation, prune, rescue, promotion and cleanup.
+--
+-- Run by the maintenance leader, each task on its own schedule; only
+-- maintainers may call these functions (roles.sql).
+--
+-- Rotation appends the next generation to a ring's ledger, and only onto a
+-- slot that is empty.  Prune empties the slot after the current one once it
+-- is proven inactive:
+--   1. pg_try_advisory_xact_lock on the ring: a busy tick skips, never queues;
+--   2. the slot is stamped (the row count of its root child) and the gates
+--      are proven without any lock -- queue ring: no claimable ready row,
+--      no open receipt or live lease pointing into the slot; claim ring:
+--      every receipt has distinct closure evidence; lease ring: no lease;
+--   3. in one subtransaction, failed rows that must outlive the slot are
+--      carried forward, counts are folded into the rollups, and the
+--      children are locked ACCESS EXCLUSIVE under a short lock_timeout (a
+--      timeout is 'blocked' and rolls the writes back);
+--   4. under the lock only two things are checked again: no transaction
+--      older than the slot's sealing still holds a snapshot
+--      (pg_stat_activity, read afresh), and the stamp did not move; then
+--      TRUNCATE.
+-- Why proving once is enough: once the gates pass, the slot can only gain
+-- rows from a writer already in flight, and every such write appends to
+-- the slot's root child in the same transaction (a segment for queue rows,
+-- a claim batch for receipts).  Both only grow until prune truncates them,
+-- so an unchanged stamp under the lock proves nothing unseen was added;
+-- uncommitted writers are waited out by the lock itself.  What is left
+-- under the lock is the TRUNCATE, whose cost grows with the number of
+-- indexes, not rows; ring_status.last_prune_exclusive_ms records it.
+--
+-- The horizon.  PostgreSQL hides other roles' xact_start from a role that
+-- lacks pg_read_all_stats, and the gate would read "no old transaction".
+-- awa.prune_ring therefore first checks that its role can read the horizon
+-- and otherwise truncates nothing ('horizon_unreadable');
+-- awa.prune_ring_unchecked is the prune itself.
+--
+-- Rescue closes attempts whose worker is gone (stale heartbeat), whose
+-- deadline passed, or whose callback timed out, through the same closes
+-- as everyone else.  awa.rescue first looks for any batch or lease that
+-- could need it at all, so a leader's idle tick plans nothing; then
+-- awa.rescue_unchecked runs the receipt and lease rescues.
+--
+-- Promotion (awa.promote_due_skip_busy) moves due deferred jobs into their
+-- lanes.  It locks the enqueue heads it wants in one global order with
+-- SKIP LOCKED: a lane a producer holds keeps its jobs until a later tick,
+-- so promotion never waits on a producer and cannot deadlock with one.
+
 -- Lease slots are emptied by DELETE, not TRUNCATE: a lease slot counts as
 -- empty only once its storage is gone too, so prune truncates it (and its
 -- dead rows) before the ring turns onto it again.  Other rings unchanged.
@@ -23,7 +69,8 @@ BEGIN
 END
 $$;
 
--- [from v003_maintenance.sql]
+-- Record a rotation's outcome in awa.ring_status (awa.record_ring_outcome
+-- is the same with a prune's lock hold).
 CREATE OR REPLACE FUNCTION awa.record_rotation_outcome(
     p_ring text, p_action text, p_outcome text, p_slot integer, p_generation bigint)
 RETURNS void
@@ -41,7 +88,6 @@ LANGUAGE sql AS $$
         OR EXCLUDED.truncations > 0 OR EXCLUDED.rotations > 0
 $$;
 
--- [from v003_maintenance.sql]
 -- Advance a ring onto the next slot.  Outcomes: rotated, skipped_idle (the
 -- current slot holds nothing: nothing to seal), skipped_busy (the next slot
 -- is not pruned yet, or another rotator holds the ring).
@@ -77,9 +123,9 @@ BEGIN
 END
 $$;
 
--- [from v023_unnested_batches.sql]
--- The queue ring's prune gate (version 11's tests, the open-receipt one
--- restricted to the batches that hold items of the slot; see the header).
+-- The queue ring's prune gate: no claimable row, no open receipt (looked
+-- for only in the batches that hold items of the slot) and no live lease
+-- pointing into the slot.
 CREATE OR REPLACE FUNCTION awa.queue_slot_busy(p_slot integer)
 RETURNS text
 LANGUAGE plpgsql STABLE AS $$
@@ -112,7 +158,6 @@ BEGIN
 END
 $$;
 
--- [from v008_prune_proofs.sql]
 CREATE OR REPLACE FUNCTION awa.ring_slot_busy(p_ring text, p_slot integer, p_sealed_at timestamptz)
 RETURNS text
 LANGUAGE plpgsql STABLE AS $$
@@ -151,8 +196,7 @@ BEGIN
 END
 $$;
 
--- [from v011_leases.sql]
--- Prune's fold (version 11): superseded rows are neither carried forward
+-- Prune's fold: superseded rows are neither carried forward
 -- (terminal_jobs skips them) nor counted, and their supersessions go with
 -- the slot.
 CREATE OR REPLACE FUNCTION awa.carry_forward_and_fold(
@@ -193,7 +237,6 @@ BEGIN
 END
 $$;
 
--- [from v024_rescue_batches_first.sql]
 CREATE OR REPLACE FUNCTION awa.rescue_attempts(
     p_reason text, p_staleness interval, p_dlq_default boolean, p_dlq_on text[],
     p_dlq_off text[], p_limit integer)
@@ -270,7 +313,6 @@ BEGIN
 END
 $$;
 
--- [from v003_maintenance.sql]
 -- ---------------------------------------------------------------------------
 -- Cleanup
 -- ---------------------------------------------------------------------------
@@ -311,7 +353,6 @@ BEGIN
 END
 $$;
 
--- [from v005_promotion.sql]
 -- Append deferred rows (already deleted from deferred_jobs by the caller)
 -- to the ready ring, lane by lane; the caller holds every lane they use.
 CREATE OR REPLACE FUNCTION awa.place_deferred(p_rows awa.deferred_jobs[]) RETURNS void
@@ -344,7 +385,6 @@ BEGIN
 END
 $$;
 
--- [from v005_promotion.sql]
 CREATE OR REPLACE FUNCTION awa.promote_due_skip_busy(p_limit integer) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -438,7 +478,6 @@ BEGIN
 END
 $$;
 
--- [from v010_short_prune.sql]
 -- Like awa.record_rotation_outcome, plus the lock hold of a prune (NULL: this
 -- prune did not get the lock, keep the last figure).
 CREATE OR REPLACE FUNCTION awa.record_ring_outcome(
@@ -462,7 +501,6 @@ LANGUAGE sql AS $$
         OR EXCLUDED.last_prune_exclusive_ms IS NOT NULL
 $$;
 
--- [from v010_short_prune.sql]
 -- True when a transaction that began before p_sealed_at still holds a
 -- snapshot: it may still read the slot, and TRUNCATE is not MVCC-safe.
 -- VOLATILE, and the cached activity snapshot is dropped, so a second call
@@ -479,7 +517,6 @@ BEGIN
 END
 $$;
 
--- [from v010_short_prune.sql]
 -- Rows of the slot's root child, the one every write that could outdate the
 -- prune proofs appends to (see the header).  READ COMMITTED callers only: a
 -- second call must see what committed in between.
@@ -497,7 +534,6 @@ BEGIN
 END
 $$;
 
--- [from v011_leases.sql]
 -- Rescue leases nobody will finish.  p_reason 'stale_heartbeat': a running
 -- lease whose runtime (or own heartbeat) is older than p_staleness;
 -- 'deadline_expired': a running lease past its deadline; 'callback_timeout':
@@ -559,7 +595,6 @@ BEGIN
 END
 $$;
 
--- [from v011_leases.sql]
 -- Rescue receipts and leases in one call (the leader's rescue task): stale
 -- heartbeats and expired deadlines for both, callback timeouts for leases.
 CREATE OR REPLACE FUNCTION awa.rescue_unchecked(
@@ -579,7 +614,6 @@ BEGIN
 END
 $$;
 
--- [from v014_unique.sql]
 -- Drop claims whose holder left its states (the enqueue path takes such a
 -- claim over anyway; this only keeps the table small).  Bounded, oldest
 -- first, skipping claims a producer holds.
@@ -603,7 +637,6 @@ BEGIN
 END
 $$;
 
--- [from v020_roles.sql]
 -- Whether p_role sees every session's transaction in pg_stat_activity:
 -- superusers and roles with the privileges of pg_read_all_stats (directly
 -- or through pg_monitor) do.  NULL for a NULL role.
@@ -612,8 +645,7 @@ LANGUAGE sql STABLE AS $$
     SELECT pg_catalog.pg_has_role(p_role, 'pg_read_all_stats', 'USAGE')
 $$;
 
--- [from v023_unnested_batches.sql]
--- Version 2, the root child locked last (see the header).
+-- The prune itself (see the header), the root child locked last.
 CREATE OR REPLACE FUNCTION awa.prune_ring_unchecked(
     p_ring text, p_lock_timeout_ms integer, p_failed_retention interval)
 RETURNS text
@@ -725,8 +757,7 @@ BEGIN
 END
 $$;
 
--- [from v023_unnested_batches.sql]
--- Version 3 over version 4.
+-- Prune, once the role is known to read the horizon (see the header).
 CREATE OR REPLACE FUNCTION awa.prune_ring(
     p_ring text, p_lock_timeout_ms integer, p_failed_retention interval)
 RETURNS text
@@ -745,9 +776,8 @@ BEGIN
 END
 $$;
 
--- [from v023_unnested_batches.sql]
--- Version 2, when a batch or a lease could need it (see the header): each
--- test here is implied by the item-level test version 2 makes.
+-- awa.rescue_unchecked, when a batch or a lease could need it (see the
+-- header): each test here is implied by the item-level test it makes.
 CREATE OR REPLACE FUNCTION awa.rescue(
     p_reason text, p_staleness interval, p_dlq_default boolean, p_dlq_on text[],
     p_dlq_off text[], p_limit integer)

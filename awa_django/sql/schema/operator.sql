@@ -1,4 +1,21 @@
--- [from v011_leases.sql]
+-- Operator actions on single jobs and whole queues: cancel, retry, drain.
+--
+-- None of them updates or deletes a row of a hot table.  Cancelling an
+-- available job writes a ready tombstone and a terminal row; a claimed job
+-- is closed through the same closes the workers use (so a worker that
+-- still runs it learns its attempt is stale); a deferred, dead-lettered or
+-- held job is removed from its hold table.  awa.cancel_job first looks at
+-- the jobs held for a concurrency slot, then hands everything else to
+-- awa.cancel_ring_job; awa.drain_queue likewise drains the queue's
+-- available and scheduled jobs (awa.drain_ring_queue) and then its held
+-- ones.  Both lock the claim heads of the lanes they touch, so a claim
+-- skips such a lane for that moment.
+--
+-- awa.retry_job runs a failed or cancelled job again under the same id.
+-- The terminal row it leaves behind is listed in awa.done_supersessions,
+-- which the views and prune's fold honour; the queue ring's shared lock
+-- keeps a prune from folding a slot while one of its rows is superseded.
+
 -- Cancel a job in whatever live state it is.  Returns 'cancelled', or
 -- 'already_<state>' when it had finished ('already_completed', ...:
 -- nothing changes), or NULL for an unknown id.  A
@@ -131,7 +148,6 @@ BEGIN
 END
 $$;
 
--- [from v011_leases.sql]
 -- Run a failed or cancelled job again: same id, a fresh attempt count, due
 -- now (through deferred_jobs and promotion).  Returns 'retried',
 -- 'already_<state>' when the job is not failed or cancelled (nothing
@@ -174,7 +190,6 @@ BEGIN
 END
 $$;
 
--- [from v015_console.sql]
 -- ---------------------------------------------------------------------------
 -- Queue control
 -- ---------------------------------------------------------------------------
@@ -240,7 +255,6 @@ BEGIN
 END
 $$;
 
--- [from v021_concurrency.sql]
 -- awa.cancel_ring_job, for held jobs too: a held job is a backlog row, cancelled
 -- like a deferred one (a self-contained terminal row in the current slot).
 CREATE OR REPLACE FUNCTION awa.cancel_job(p_job_id bigint, p_reason text)
@@ -269,8 +283,7 @@ BEGIN
 END
 $$;
 
--- [from v022_dependencies.sql]
--- Version 15's drain, plus the queue's held jobs, cancelled as
+-- awa.drain_ring_queue, plus the queue's held jobs, cancelled as
 -- awa.cancel_job cancels one.
 CREATE OR REPLACE FUNCTION awa.drain_queue(p_queue text, p_reason text)
 RETURNS bigint

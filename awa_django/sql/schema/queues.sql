@@ -1,4 +1,17 @@
--- [from v016_overrides.sql]
+-- Queue policy: runtime overrides and fleet-wide rate limits.
+--
+-- awa.queue_overrides holds one row per (queue, option) an operator
+-- changed without a restart.  The value is the option as JSON, validated
+-- by the same parser that reads AWA["QUEUES"]; workers re-read the rows of
+-- their queues every few seconds, and deleting a row reverts the option.
+--
+-- A queue with "rate_limit_scope": "fleet" shares one token bucket across
+-- every worker: one row per queue in awa.rate_buckets, refilled by elapsed
+-- time when a claimer takes from it.  That is one row update per claim
+-- statement (not per job), plus one refund when the queue had fewer jobs
+-- than tokens taken.  The row is narrow and the table keeps free space on
+-- its pages, so the updates stay HOT.
+
 CREATE TABLE IF NOT EXISTS awa.queue_overrides (
     queue      text        NOT NULL,
     key        text        NOT NULL CHECK (key IN ('poll_interval', 'claim_batch_size',
@@ -8,14 +21,12 @@ CREATE TABLE IF NOT EXISTS awa.queue_overrides (
     PRIMARY KEY (queue, key)
 );
 
--- [from v018_fleet_rate.sql]
 CREATE TABLE IF NOT EXISTS awa.rate_buckets (
     queue       text             PRIMARY KEY,
     tokens      double precision NOT NULL,
     refilled_at timestamptz      NOT NULL
 ) WITH (fillfactor = 50);
 
--- [from v018_fleet_rate.sql]
 -- Take up to p_want tokens from the queue's bucket (created full on first
 -- use) after refilling it at p_rate per second up to p_burst; returns how
 -- many were granted and, when none were, how long until one is due.
@@ -42,7 +53,6 @@ BEGIN
 END
 $$;
 
--- [from v018_fleet_rate.sql]
 -- Give back tokens a claim took but found no job for.
 CREATE OR REPLACE FUNCTION awa.refund_rate_tokens(p_queue text, p_count integer, p_burst integer)
 RETURNS void

@@ -1,26 +1,56 @@
+-- The awa substrate: schema, control plane and the three rings.
+--
+-- Installed by migration 0001_initial, which runs the files of this folder
+-- in dependency order inside one transaction; this one comes first and
+-- takes the substrate's advisory lock, so two `migrate` runs at once
+-- serialise.  Every statement is idempotent (IF NOT EXISTS, OR REPLACE,
+-- ON CONFLICT), so running the files again changes nothing.
+--
+-- Storage is split by how rows live and die:
+--   queue ring  ready_entries, ready_segments, ready_tombstones,
+--               done_entries, receipt_completion_batches  (16 slots)
+--   claim ring  lease_claim_batches, lease_claim_closures,
+--               lease_claim_closure_batches               (8 slots)
+--   lease ring  leases                                    (8 slots)
+--   backlog     deferred_jobs, dlq_entries, attempt_state  (plain tables)
+--   control     queue_meta, enqueue and claim heads, ring ledgers,
+--               ring_config, ring_status, rollups, runtime_instances
+--
+-- The hot tables are append-only.  Claim, close and enqueue only ever
+-- INSERT into them; a row is never updated or deleted, it becomes
+-- irrelevant (a closure, a tombstone, a cursor moving past it) and goes
+-- away with its whole slot, which maintenance empties with TRUNCATE once it
+-- has proven that nothing can still reach it (maintenance.sql).  So the hot
+-- path leaves no dead tuples for vacuum, and the cost of a job's history
+-- is one file truncation per slot, not one DELETE per row.
+--
+-- A ring's cursor is the highest generation of its rotation ledger.
+-- Rotating appends generation + 1; the primary key turns that append into a
+-- compare-and-swap, so two rotators can never both advance a ring.  The slot
+-- after the current one is the oldest sealed slot, the one prune empties.
+--
+-- Job ids come from one sequence and never change: a retry, a DLQ round
+-- trip or a move to another queue keeps its id, and the attempt is told
+-- apart by run_lease.
+
 SET LOCAL client_min_messages = warning;
 SELECT pg_advisory_xact_lock(hashtext('awa_django.substrate'));
 
--- [from v001_substrate.sql]
 CREATE SCHEMA IF NOT EXISTS awa;
 
--- [from v001_substrate.sql]
 CREATE TABLE IF NOT EXISTS awa.substrate_info (
     singleton      boolean PRIMARY KEY DEFAULT true CHECK (singleton),
     schema_version integer NOT NULL,
     installed_at   timestamptz NOT NULL DEFAULT now()
 );
 
--- [from v001_substrate.sql]
 INSERT INTO awa.substrate_info (schema_version) VALUES (1)
 ON CONFLICT (singleton) DO UPDATE
     SET schema_version = GREATEST(awa.substrate_info.schema_version, EXCLUDED.schema_version);
 
--- [from v001_substrate.sql]
 -- Job ids are global and survive every state change (retry, DLQ round trip).
 CREATE SEQUENCE IF NOT EXISTS awa.job_id_seq AS bigint;
 
--- [from v001_substrate.sql]
 -- ---------------------------------------------------------------------------
 -- Control plane
 -- ---------------------------------------------------------------------------
@@ -28,10 +58,12 @@ CREATE TABLE IF NOT EXISTS awa.queue_meta (
     queue          text PRIMARY KEY,
     enqueue_shards smallint NOT NULL DEFAULT 1 CHECK (enqueue_shards BETWEEN 1 AND 64),
     paused_at      timestamptz,
-    updated_at     timestamptz NOT NULL DEFAULT now()
+    updated_at     timestamptz NOT NULL DEFAULT now(),
+    -- Set (never cleared) once a claim held a keyed job of the queue: only,
+    -- such queues look for held jobs to release (concurrency.sql).,
+    holds_keyed    boolean NOT NULL DEFAULT false
 );
 
--- [from v001_substrate.sql]
 -- One row per lane (queue, priority, shard).  Producers UPDATE next_seq; the
 -- row lock taken by that UPDATE is the transaction-scoped lane lock that
 -- keeps seq N+1 from committing while N is still open.  A rollback undoes the
@@ -44,7 +76,6 @@ CREATE TABLE IF NOT EXISTS awa.queue_enqueue_heads (
     PRIMARY KEY (queue, priority, shard)
 );
 
--- [from v001_substrate.sql]
 -- Claim cursor per lane: every lane_seq below claim_seq has been claimed or
 -- skipped.  Kept apart from the enqueue head so a long producer transaction
 -- never blocks claimers (and claimers never block producers).
@@ -56,13 +87,11 @@ CREATE TABLE IF NOT EXISTS awa.queue_claim_heads (
     PRIMARY KEY (queue, priority, shard)
 );
 
--- [from v001_substrate.sql]
 CREATE TABLE IF NOT EXISTS awa.ring_config (
     ring       text PRIMARY KEY CHECK (ring IN ('queue', 'claim', 'lease')),
     slot_count integer NOT NULL CHECK (slot_count BETWEEN 2 AND 256)
 );
 
--- [from v001_substrate.sql]
 -- Append-only rotation ledgers: the current cursor is the max-generation row.
 -- Rotation appends (generation + 1); the primary key makes that append a
 -- compare-and-swap, so two rotators can never double-advance a ring.
@@ -72,22 +101,16 @@ CREATE TABLE IF NOT EXISTS awa.queue_ring_rotations (
     rotated_at timestamptz NOT NULL DEFAULT now()
 );
 
--- [from v001_substrate.sql]
 CREATE TABLE IF NOT EXISTS awa.claim_ring_rotations (LIKE awa.queue_ring_rotations INCLUDING ALL);
 
--- [from v001_substrate.sql]
 CREATE TABLE IF NOT EXISTS awa.lease_ring_rotations (LIKE awa.queue_ring_rotations INCLUDING ALL);
 
--- [from v001_substrate.sql]
 INSERT INTO awa.queue_ring_rotations (generation, slot) VALUES (0, 0) ON CONFLICT DO NOTHING;
 
--- [from v001_substrate.sql]
 INSERT INTO awa.claim_ring_rotations (generation, slot) VALUES (0, 0) ON CONFLICT DO NOTHING;
 
--- [from v001_substrate.sql]
 INSERT INTO awa.lease_ring_rotations (generation, slot) VALUES (0, 0) ON CONFLICT DO NOTHING;
 
--- [from v001_substrate.sql]
 -- ---------------------------------------------------------------------------
 -- Queue ring (partitioned by ready_slot)
 -- ---------------------------------------------------------------------------
@@ -113,18 +136,16 @@ CREATE TABLE IF NOT EXISTS awa.ready_entries (
     ordering_key     text,
     errors           jsonb,
     progress         jsonb,
-    created_at       timestamptz NOT NULL,
-    run_at           timestamptz NOT NULL,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    run_at           timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (queue, priority, shard, lane_seq, ready_slot)
 ) PARTITION BY LIST (ready_slot);
 
--- [from v001_substrate.sql]
 -- Lookup by id (operators, get_job) without a btree entry per job: job ids
 -- grow with insertion order, so a BRIN range index finds them cheaply.
 CREATE INDEX IF NOT EXISTS ready_entries_job_id_brin ON awa.ready_entries
     USING brin (job_id) WITH (pages_per_range = 16, autosummarize = on);
 
--- [from v001_substrate.sql]
 -- Committed lane ranges [start_seq, end_seq) and the slot holding their rows.
 -- Claim walks these from the lane's claim cursor; a range no segment covers
 -- holds no job.
@@ -140,11 +161,9 @@ CREATE TABLE IF NOT EXISTS awa.ready_segments (
     CHECK (end_seq > start_seq)
 ) PARTITION BY LIST (ready_slot);
 
--- [from v001_substrate.sql]
 CREATE INDEX IF NOT EXISTS ready_segments_lane_idx
     ON awa.ready_segments (queue, priority, shard, end_seq);
 
--- [from v001_substrate.sql]
 -- Marks an unclaimed ready row as spent (cancel, reprioritise) without
 -- touching the row itself.
 CREATE TABLE IF NOT EXISTS awa.ready_tombstones (
@@ -159,10 +178,8 @@ CREATE TABLE IF NOT EXISTS awa.ready_tombstones (
     PRIMARY KEY (queue, priority, shard, lane_seq, ready_slot)
 ) PARTITION BY LIST (ready_slot);
 
--- [from v001_substrate.sql]
 CREATE INDEX IF NOT EXISTS ready_tombstones_job_id_idx ON awa.ready_tombstones (job_id);
 
--- [from v001_substrate.sql]
 -- Terminal facts.  Narrow when the ready row that produced the attempt is in
 -- the same slot (lane columns point at it); the nullable body columns are
 -- filled for self-contained rows (failed rows carried forward across prune).
@@ -192,10 +209,8 @@ CREATE TABLE IF NOT EXISTS awa.done_entries (
     run_at           timestamptz
 ) PARTITION BY LIST (ready_slot);
 
--- [from v001_substrate.sql]
 CREATE INDEX IF NOT EXISTS done_entries_job_id_idx ON awa.done_entries (job_id);
 
--- [from v001_substrate.sql]
 -- Compact terminal history of successful completions: one row per ready slot
 -- per completion flush, parallel arrays per job.  Hydrated by terminal_jobs.
 CREATE TABLE IF NOT EXISTS awa.receipt_completion_batches (
@@ -212,7 +227,6 @@ CREATE TABLE IF NOT EXISTS awa.receipt_completion_batches (
     return_values text[]
 ) PARTITION BY LIST (ready_slot);
 
--- [from v001_substrate.sql]
 -- ---------------------------------------------------------------------------
 -- Claim ring (receipt plane, partitioned by claim_slot)
 -- ---------------------------------------------------------------------------
@@ -229,7 +243,6 @@ CREATE TABLE IF NOT EXISTS awa.receipt_completion_batches (
 -- batch instead of three per job keeps WAL per job low.
 CREATE SEQUENCE IF NOT EXISTS awa.claim_batch_seq AS bigint;
 
--- [from v001_substrate.sql]
 CREATE TABLE IF NOT EXISTS awa.lease_claim_batches (
     claim_slot           smallint    NOT NULL,
     batch_id             bigint      NOT NULL,
@@ -245,10 +258,12 @@ CREATE TABLE IF NOT EXISTS awa.lease_claim_batches (
     shards               smallint[]  NOT NULL,
     lane_seqs            bigint[]    NOT NULL,
     ready_slots          smallint[]  NOT NULL,
+    -- Chosen by the claiming worker and passed through the transaction-local,
+    -- setting awa.claim_nonce (close.sql); closes must present it.,
+    claim_nonce          bigint DEFAULT NULLIF(current_setting('awa.claim_nonce', true), '')::bigint,
     PRIMARY KEY (batch_id, claim_slot)
 ) PARTITION BY LIST (claim_slot);
 
--- [from v001_substrate.sql]
 CREATE TABLE IF NOT EXISTS awa.lease_claim_closures (
     claim_slot smallint    NOT NULL,
     batch_id   bigint      NOT NULL,
@@ -260,7 +275,6 @@ CREATE TABLE IF NOT EXISTS awa.lease_claim_closures (
     PRIMARY KEY (batch_id, item, claim_slot)
 ) PARTITION BY LIST (claim_slot);
 
--- [from v001_substrate.sql]
 CREATE TABLE IF NOT EXISTS awa.lease_claim_closure_batches (
     claim_slot smallint    NOT NULL,
     batch_id   bigint      NOT NULL,
@@ -268,11 +282,9 @@ CREATE TABLE IF NOT EXISTS awa.lease_claim_closure_batches (
     closed_at  timestamptz NOT NULL DEFAULT clock_timestamp()
 ) PARTITION BY LIST (claim_slot);
 
--- [from v001_substrate.sql]
 CREATE INDEX IF NOT EXISTS lease_claim_closure_batches_batch_idx
     ON awa.lease_claim_closure_batches (batch_id);
 
--- [from v001_substrate.sql]
 -- ---------------------------------------------------------------------------
 -- Lease ring (materialised attempts that need mutable state)
 -- ---------------------------------------------------------------------------
@@ -289,13 +301,24 @@ CREATE TABLE IF NOT EXISTS awa.leases (
     callback_id         uuid,
     callback_timeout_at timestamptz,
     created_at          timestamptz NOT NULL DEFAULT clock_timestamp(),
+    -- The attempt's lane keys and ready slot: the queue ring keeps the job,
+    -- body while the lease lives (awa.queue_slot_busy checks them).,
+    queue              text,
+    priority           smallint,
+    effective_priority smallint,
+    shard              smallint,
+    lane_seq           bigint,
+    ready_slot         smallint,
+    attempt            smallint,
+    claimed_at         timestamptz,
+    batch_id           bigint,
+    item               integer,
+    claim_nonce        bigint,
     PRIMARY KEY (job_id, run_lease, lease_slot)
 ) PARTITION BY LIST (lease_slot);
 
--- [from v001_substrate.sql]
 CREATE INDEX IF NOT EXISTS leases_callback_idx ON awa.leases (callback_id) WHERE callback_id IS NOT NULL;
 
--- [from v001_substrate.sql]
 CREATE TABLE IF NOT EXISTS awa.attempt_state (
     job_id          bigint      NOT NULL,
     run_lease       bigint      NOT NULL,
@@ -305,13 +328,13 @@ CREATE TABLE IF NOT EXISTS awa.attempt_state (
     PRIMARY KEY (job_id, run_lease)
 );
 
--- [from v001_substrate.sql]
 -- ---------------------------------------------------------------------------
 -- Backlog and hold tables (plain tables, row-level cleanup)
 -- ---------------------------------------------------------------------------
 CREATE TABLE IF NOT EXISTS awa.deferred_jobs (
     job_id       bigint      PRIMARY KEY,
-    state        text        NOT NULL CHECK (state IN ('scheduled', 'retryable')),
+    -- 'waiting': a dependent whose dependencies are not all done (dependencies.sql).
+    state        text        NOT NULL CHECK (state IN ('scheduled', 'retryable', 'waiting')),
     queue        text        NOT NULL,
     priority     smallint    NOT NULL,
     kind         text        NOT NULL,
@@ -330,13 +353,10 @@ CREATE TABLE IF NOT EXISTS awa.deferred_jobs (
     attempted_at timestamptz
 );
 
--- [from v001_substrate.sql]
 CREATE INDEX IF NOT EXISTS deferred_jobs_run_at_idx ON awa.deferred_jobs (run_at);
 
--- [from v001_substrate.sql]
 CREATE INDEX IF NOT EXISTS deferred_jobs_queue_idx ON awa.deferred_jobs (queue, state);
 
--- [from v001_substrate.sql]
 CREATE TABLE IF NOT EXISTS awa.dlq_entries (
     job_id       bigint      PRIMARY KEY,
     queue        text        NOT NULL,
@@ -359,13 +379,10 @@ CREATE TABLE IF NOT EXISTS awa.dlq_entries (
     moved_at     timestamptz NOT NULL DEFAULT now()
 );
 
--- [from v001_substrate.sql]
 CREATE INDEX IF NOT EXISTS dlq_entries_queue_idx ON awa.dlq_entries (queue, moved_at);
 
--- [from v001_substrate.sql]
 CREATE INDEX IF NOT EXISTS dlq_entries_kind_idx ON awa.dlq_entries (kind);
 
--- [from v002_runtime.sql]
 -- One row per live worker process: its heartbeat covers every receipt it
 -- owns, so short jobs need no per-job liveness write.
 CREATE TABLE IF NOT EXISTS awa.runtime_instances (
@@ -374,10 +391,12 @@ CREATE TABLE IF NOT EXISTS awa.runtime_instances (
     pid          integer     NOT NULL,
     queues       text[]      NOT NULL,
     started_at   timestamptz NOT NULL DEFAULT now(),
-    heartbeat_at timestamptz NOT NULL DEFAULT now()
+    heartbeat_at timestamptz NOT NULL DEFAULT now(),
+    -- {"queue": {name: hash}, "kind": {name: hash}} of what the runtime declares.,
+    descriptor_hashes jsonb NOT NULL DEFAULT '{}',
+    role text NOT NULL DEFAULT 'worker'
 );
 
--- [from v003_maintenance.sql]
 -- Permanent terminal counts of pruned queue slots.
 CREATE TABLE IF NOT EXISTS awa.queue_terminal_rollups (
     queue text   NOT NULL,
@@ -386,7 +405,6 @@ CREATE TABLE IF NOT EXISTS awa.queue_terminal_rollups (
     PRIMARY KEY (queue, state)
 );
 
--- [from v003_maintenance.sql]
 -- Last outcome of each ring action, and how often it truncated.
 CREATE TABLE IF NOT EXISTS awa.ring_status (
     ring          text        NOT NULL,
@@ -397,44 +415,19 @@ CREATE TABLE IF NOT EXISTS awa.ring_status (
     at            timestamptz NOT NULL DEFAULT now(),
     truncations   bigint      NOT NULL DEFAULT 0,
     rotations     bigint      NOT NULL DEFAULT 0,
+    last_prune_exclusive_ms double precision,
     PRIMARY KEY (ring, action)
 );
 
--- [from v009_claim_nonce.sql]
-ALTER TABLE awa.lease_claim_batches ADD COLUMN IF NOT EXISTS claim_nonce bigint;
-
--- [from v009_claim_nonce.sql]
-ALTER TABLE awa.lease_claim_batches
-    ALTER COLUMN claim_nonce SET DEFAULT NULLIF(current_setting('awa.claim_nonce', true), '')::bigint;
-
--- [from v009_claim_nonce.sql]
 COMMENT ON COLUMN awa.lease_claim_batches.claim_nonce IS
-    'Random number chosen by the claiming worker (awa.claim_ready_v3 passes it through the '
+    'Random number chosen by the claiming worker (awa.claim_ready passes it through the '
     'transaction-local setting awa.claim_nonce); closes must present it.';
 
--- [from v010_short_prune.sql]
-ALTER TABLE awa.ring_status ADD COLUMN IF NOT EXISTS last_prune_exclusive_ms double precision;
-
--- [from v010_short_prune.sql]
 COMMENT ON COLUMN awa.ring_status.last_prune_exclusive_ms IS
     'Milliseconds the last prune that got its ACCESS EXCLUSIVE lock held it, from the grant '
     'to the end of its TRUNCATE (commit not included); NULL before the first one.';
 
--- [from v011_leases.sql]
-ALTER TABLE awa.leases
-    ADD COLUMN IF NOT EXISTS queue              text,
-    ADD COLUMN IF NOT EXISTS priority           smallint,
-    ADD COLUMN IF NOT EXISTS effective_priority smallint,
-    ADD COLUMN IF NOT EXISTS shard              smallint,
-    ADD COLUMN IF NOT EXISTS lane_seq           bigint,
-    ADD COLUMN IF NOT EXISTS ready_slot         smallint,
-    ADD COLUMN IF NOT EXISTS attempt            smallint,
-    ADD COLUMN IF NOT EXISTS claimed_at         timestamptz,
-    ADD COLUMN IF NOT EXISTS batch_id           bigint,
-    ADD COLUMN IF NOT EXISTS item               integer,
-    ADD COLUMN IF NOT EXISTS claim_nonce        bigint;
 
--- [from v011_leases.sql]
 -- ---------------------------------------------------------------------------
 -- Retrying a finished job: superseded terminal rows
 -- ---------------------------------------------------------------------------
@@ -456,37 +449,10 @@ CREATE TABLE IF NOT EXISTS awa.done_supersessions (
     PRIMARY KEY (job_id, run_lease, finalized_at)
 );
 
--- [from v011_leases.sql]
 CREATE INDEX IF NOT EXISTS done_supersessions_slot_idx ON awa.done_supersessions (ready_slot);
 
--- [from v013_dlq.sql]
 CREATE INDEX IF NOT EXISTS dlq_entries_moved_at_idx ON awa.dlq_entries (moved_at);
 
--- [from v015_console.sql]
--- {"queue": {name: hash}, "kind": {name: hash}} of what the runtime declares.
-ALTER TABLE awa.runtime_instances
-    ADD COLUMN IF NOT EXISTS descriptor_hashes jsonb NOT NULL DEFAULT '{}',
-    ADD COLUMN IF NOT EXISTS role text NOT NULL DEFAULT 'worker';
-
--- [from v021_concurrency.sql]
--- Set (never cleared) once a claim held a keyed job of the queue: only
--- such queues look for held jobs to release.  Adding it rewrites nothing.
-ALTER TABLE awa.queue_meta ADD COLUMN IF NOT EXISTS holds_keyed boolean NOT NULL DEFAULT false;
-
--- [from v022_dependencies.sql]
-ALTER TABLE awa.deferred_jobs DROP CONSTRAINT IF EXISTS deferred_jobs_state_check;
-
--- [from v022_dependencies.sql]
-ALTER TABLE awa.deferred_jobs ADD CONSTRAINT deferred_jobs_state_check
-    CHECK (state IN ('scheduled', 'retryable', 'waiting'));
-
--- [from v023_unnested_batches.sql]
-ALTER TABLE awa.ready_entries ALTER COLUMN created_at SET DEFAULT now();
-
--- [from v023_unnested_batches.sql]
-ALTER TABLE awa.ready_entries ALTER COLUMN run_at SET DEFAULT now();
-
--- [from v001_substrate.sql]
 -- ---------------------------------------------------------------------------
 -- Ring partitions
 -- ---------------------------------------------------------------------------
@@ -501,7 +467,6 @@ LANGUAGE sql IMMUTABLE AS $$
     END
 $$;
 
--- [from v020_roles.sql]
 -- Create the child partitions of a ring for slots 0..p_slots-1 (never
 -- drops), as the owner of the ring tables (see the header).
 CREATE OR REPLACE FUNCTION awa.ensure_ring_partitions(p_ring text, p_slots integer) RETURNS void
@@ -530,19 +495,16 @@ BEGIN
 END
 $$;
 
--- [from v001_substrate.sql]
 CREATE OR REPLACE FUNCTION awa.queue_ring_cursor(OUT slot smallint, OUT generation bigint)
 LANGUAGE sql STABLE AS $$
     SELECT r.slot, r.generation FROM awa.queue_ring_rotations r ORDER BY r.generation DESC LIMIT 1
 $$;
 
--- [from v003_maintenance.sql]
 CREATE OR REPLACE FUNCTION awa.ring_lock_key(p_ring text) RETURNS bigint
 LANGUAGE sql IMMUTABLE AS $$
     SELECT hashtextextended('awa_django.ring.' || p_ring, 0)
 $$;
 
--- [from v003_maintenance.sql]
 CREATE OR REPLACE FUNCTION awa.ring_cursor(p_ring text, OUT slot smallint, OUT generation bigint,
                                            OUT rotated_at timestamptz)
 LANGUAGE plpgsql STABLE AS $$
@@ -553,16 +515,12 @@ BEGIN
 END
 $$;
 
--- [from v001_substrate.sql]
 SELECT awa.ensure_ring_partitions('queue', 16);
 
--- [from v001_substrate.sql]
 SELECT awa.ensure_ring_partitions('claim', 8);
 
--- [from v001_substrate.sql]
 SELECT awa.ensure_ring_partitions('lease', 8);
 
--- [from v023_unnested_batches.sql]
 DO $$
 DECLARE
     v_column record;

@@ -1,16 +1,44 @@
--- [from v020_roles.sql]
+-- Roles: who may run what.
+--
+-- Three roles (made by manage.py awa_roles, see docs/howto/roles.md): the
+-- owner owns schema awa and runs the migrations; the worker runs jobs and
+-- maintenance (every row privilege, TRUNCATE included, no CREATE); the web
+-- role enqueues, reads and runs operator actions (never TRUNCATE, no
+-- maintenance).
+--
+-- A maintainer is a role holding TRUNCATE on awa.ready_entries (the owner
+-- and superusers always are).  awa.restrict_maintenance() applies that
+-- rule to the functions named by awa.maintenance_functions() and the
+-- tables named by awa.maintenance_tables(): PUBLIC and every grantee that
+-- is no maintainer lose EXECUTE and write privileges on them, and each
+-- maintainer gets EXECUTE.  The rule needs no role names, so it runs at
+-- migrate time too: a role that got EXECUTE on every new function through
+-- default privileges loses it on the maintenance functions before any
+-- worker starts.  A migration that adds a maintenance function or table
+-- names it in these lists and calls awa.restrict_maintenance() again.
+--
+-- awa.grant_roles(owner, worker, web) is the object-level half of
+-- awa_roles: it hands every object to the owner (adopting an installation
+-- another role migrated), grants the worker and web role what they need,
+-- revokes what PUBLIC had, and applies the rule above.  Role
+-- administration itself stays with the owner.
+--
+-- awa.ensure_ring_partitions (rings.sql) is SECURITY DEFINER with a fixed
+-- search_path: creating a partition needs CREATE on the schema and
+-- ownership of the parent, which a worker does not have, so it runs as the
+-- owner, callable by maintainers only, with a ring name it looks up and a
+-- bounded slot count as its only inputs.
+
 -- Names of the functions only maintainers may run (every overload).
 CREATE OR REPLACE FUNCTION awa.maintenance_functions() RETURNS text[]
 LANGUAGE sql IMMUTABLE AS $$
     SELECT ARRAY[
-        'ensure_ring_partitions', 'rotate_ring', 'prune_ring', 'prune_ring_v2', 'prune_ring_v3',
-        'lock_ring_slot', 'truncate_ring_slot', 'record_rotation_outcome', 'record_ring_outcome',
-        'carry_forward_and_fold', 'rescue_attempts', 'rescue_leases', 'rescue_unchecked',
-        'promote_due', 'promote_due_skip_busy', 'cleanup', 'cleanup_unique_claims',
-        'cleanup_descriptors', 'sample_queues']
+        'ensure_ring_partitions', 'rotate_ring', 'prune_ring', 'prune_ring_unchecked',
+        'record_rotation_outcome', 'record_ring_outcome', 'carry_forward_and_fold', 'rescue',
+        'rescue_unchecked', 'rescue_attempts', 'rescue_leases', 'promote_due_skip_busy',
+        'cleanup', 'cleanup_unique_claims', 'cleanup_descriptors', 'sample_queues']
 $$;
 
--- [from v020_roles.sql]
 -- Names of the tables only maintenance (and the workers' own registration)
 -- writes; everyone with SELECT may still read them.
 CREATE OR REPLACE FUNCTION awa.maintenance_tables() RETURNS text[]
@@ -21,7 +49,6 @@ LANGUAGE sql IMMUTABLE AS $$
         'queue_samples']
 $$;
 
--- [from v020_roles.sql]
 -- Apply the maintainer rule (see the header).  Idempotent; run by the
 -- migrations (as the owner) and by awa.grant_roles.
 CREATE OR REPLACE FUNCTION awa.restrict_maintenance() RETURNS void
@@ -77,7 +104,6 @@ BEGIN
 END
 $$;
 
--- [from v020_roles.sql]
 -- The object-level grants of manage.py awa_roles (see the header): the
 -- owner owns the schema and everything in it; the worker may read, write
 -- and truncate every table and run every function; the web role may read
@@ -157,10 +183,8 @@ BEGIN
 END
 $$;
 
--- [from v020_roles.sql]
 SELECT awa.restrict_maintenance();
 
--- [from v020_roles.sql]
 -- Role administration is for the owner (and superusers) alone, whoever got
 -- EXECUTE on new functions by default.
 DO $$
