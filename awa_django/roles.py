@@ -11,7 +11,7 @@ Three NOLOGIN group roles, each with what its processes need and no more:
     table including TRUNCATE (prune empties ring slots with it, which needs
     the privilege, not ownership), every function, membership in
     ``pg_read_all_stats`` (prune must see every session's transaction, see
-    ``v020_roles.sql``).  No superuser, no CREATE: the ring partitions a
+    ``sql/schema/roles.sql``).  No superuser, no CREATE: the ring partitions a
     leader adds are created by ``awa.ensure_ring_partitions``, which runs as
     the owner.
 ``web``

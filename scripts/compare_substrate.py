@@ -84,21 +84,33 @@ REMOVED = (
     "truncate_ring_slot",
 )
 
+_PRUNE_ARGS = "p_ring text, p_lock_timeout_ms integer, p_failed_retention interval"
+_RESCUE_ARGS = (
+    "p_reason text, p_staleness interval, p_dlq_default boolean, p_dlq_on text[], "
+    "p_dlq_off text[], p_limit integer"
+)
+
+_PRUNE_ARGS = "p_ring text, p_lock_timeout_ms integer, p_failed_retention interval"
+_RESCUE_ARGS = (
+    "p_reason text, p_staleness interval, p_dlq_default boolean, p_dlq_on text[], "
+    "p_dlq_off text[], p_limit integer"
+)
+
 # Differences the squash makes on purpose.
 EXPECTED = {
     # The maintenance list named prune_ring and rescue_v2, so the entry points
     # that superseded them (prune_ring_v4/_v5, rescue_v3) escaped it; under
     # their final names they are listed and restricted to maintainers.
-    ("ACL", "FUNCTION prune_ring(p_ring text, p_lock_timeout_ms integer, p_failed_retention interval)"),
-    ("ACL", "FUNCTION prune_ring_unchecked(p_ring text, p_lock_timeout_ms integer, p_failed_retention interval)"),
-    ("ACL", "FUNCTION rescue(p_reason text, p_staleness interval, p_dlq_default boolean, p_dlq_on text[], p_dlq_off text[], p_limit integer)"),
-    # The list itself: removed functions out, the two entry points above in.
+    ("ACL", f"FUNCTION prune_ring({_PRUNE_ARGS})"),
+    ("ACL", f"FUNCTION prune_ring_unchecked({_PRUNE_ARGS})"),
+    ("ACL", f"FUNCTION rescue({_RESCUE_ARGS})"),
+    # The list itself: removed functions out, the entry points above in.
     ("FUNCTION", "maintenance_functions()"),
     # The column comment named a removed function.
     ("COMMENT", "COLUMN lease_claim_batches.claim_nonce"),
 }
 
-_NAME = re.compile(r"\b(%s)\b" % "|".join(sorted(RENAMED, key=len, reverse=True)))
+_NAME = re.compile(r"\b({})\b".format("|".join(sorted(RENAMED, key=len, reverse=True))))
 _HEADER = re.compile(r"^-- Name: (?P<name>.*?); Type: (?P<type>[^;]*);", re.MULTILINE)
 
 
@@ -119,7 +131,7 @@ def rename(text: str) -> str:
 
 def psql(dsn: str, *args: str, stdin: str | None = None) -> str:
     command = ["psql", dsn, "-X", "-q", "-v", "ON_ERROR_STOP=1", *args]
-    done = subprocess.run(command, input=stdin, text=True, check=False, capture_output=True)
+    done = subprocess.run(command, input=stdin, text=True, check=False, capture_output=True)  # noqa: S603
     if done.returncode:
         raise SystemExit(f"psql failed: {done.stderr.strip()}")
     return done.stdout
@@ -132,16 +144,16 @@ def database_dsn(dsn: str, name: str) -> str:
 
 
 def old_files(rev: str) -> list[str]:
-    listing = subprocess.run(
-        ["git", "-C", str(ROOT), "ls-tree", "--name-only", f"{rev}:awa_django/sql/schema/"],
+    listing = subprocess.run(  # noqa: S603
+        ["git", "-C", str(ROOT), "ls-tree", "--name-only", f"{rev}:awa_django/sql/schema/"],  # noqa: S607
         text=True,
         check=True,
         capture_output=True,
     ).stdout.split()
     names = sorted(n for n in listing if re.match(r"v\d{3}_.*\.sql$", n) and "_down" not in n)
     return [
-        subprocess.run(
-            ["git", "-C", str(ROOT), "show", f"{rev}:awa_django/sql/schema/{name}"],
+        subprocess.run(  # noqa: S603
+            ["git", "-C", str(ROOT), "show", f"{rev}:awa_django/sql/schema/{name}"],  # noqa: S607
             text=True,
             check=True,
             capture_output=True,
@@ -164,8 +176,8 @@ def build(dsn: str, files: list[str], *, one_transaction: bool) -> None:
 
 
 def objects(dsn: str, *, old: bool) -> dict[tuple[str, str], str]:
-    done = subprocess.run(
-        ["pg_dump", "--schema-only", "--schema=awa", "--no-owner", dsn],
+    done = subprocess.run(  # noqa: S603
+        ["pg_dump", "--schema-only", "--schema=awa", "--no-owner", dsn],  # noqa: S607
         text=True,
         check=False,
         capture_output=True,
@@ -218,8 +230,9 @@ def main() -> int:
         if not args.keep:
             for name in names.values():
                 psql(args.dsn, "-c", f'DROP DATABASE IF EXISTS "{name}"')
-    counts = collections.Counter((kind, side) for side, found in (("old", old), ("new", new))
-                                 for kind, _ in found)
+    counts = collections.Counter(
+        (kind, side) for side, found in (("old", old), ("new", new)) for kind, _ in found
+    )
     print(f"{'object type':32} {'old chain':>10} {'squashed':>10}")
     for kind in sorted({kind for kind, _ in counts}):
         print(f"{kind:32} {counts[(kind, 'old')]:>10} {counts[(kind, 'new')]:>10}")
@@ -231,8 +244,16 @@ def main() -> int:
             print(f"\n(expected) {key[0]} {key[1]}")
             continue
         differing += 1
-        print(f"\n=== {key[0]} {key[1]}: " + ("only in the old chain" if key not in new
-              else "only in the squash" if key not in old else "differs"))
+        print(
+            f"\n=== {key[0]} {key[1]}: "
+            + (
+                "only in the old chain"
+                if key not in new
+                else "only in the squash"
+                if key not in old
+                else "differs"
+            )
+        )
         if key in old and key in new:
             import difflib
 

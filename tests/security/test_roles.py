@@ -105,7 +105,10 @@ FORBIDDEN = {
         "SELECT awa.prune_ring_unchecked('queue', 10, interval '1 hour')"
     ),
     "create partitions": "SELECT awa.ensure_ring_partitions('queue', 32)",
-    "rescue": "SELECT awa.rescue_unchecked('stale_heartbeat', interval '1 s', true, '{}', '{}', 10)",
+    "rescue": "SELECT awa.rescue('stale_heartbeat', interval '1 s', true, '{}', '{}', 10)",
+    "rescue without the first look": (
+        "SELECT awa.rescue_unchecked('stale_heartbeat', interval '1 s', true, '{}', '{}', 10)"
+    ),
     "promote": "SELECT awa.promote_due_skip_busy(10)",
     "cleanup": "SELECT awa.cleanup(interval '1 s', interval '1 s', 10)",
     "grant": "SELECT awa.grant_roles('a', 'b', 'c')",

@@ -19,7 +19,7 @@ SELECT id, kind, queue, priority, state, attempt, max_attempts, run_lease,
  LIMIT %(limit)s
 
 -- name: queue_counts
--- Each state from its cheapest exact source (v015_console.sql, jobs held
+-- Each state from its cheapest exact source (schema/console.sql, jobs held
 -- for a concurrency slot since v022), summed over the physical queues (the
 -- stripes) of one logical queue.
 SELECT state, sum(n)::bigint FROM awa.state_counts(%(queues)s::text[]) GROUP BY state

@@ -1,4 +1,4 @@
--- Queue control and the queue list (see v015_console.sql).
+-- Queue control and the queue list (see schema/console.sql).
 
 -- name: ensure_queue_meta
 INSERT INTO awa.queue_meta (queue) VALUES (%(queue)s) ON CONFLICT (queue) DO NOTHING
