@@ -40,7 +40,8 @@
 -- Closing attempts
 -- ---------------------------------------------------------------------------
 
--- Close a batch of attempts, each with its own target:
+-- The rescue's close (awa.rescue_attempts), without nonces.  The contract of
+-- every close: a batch of attempts, each with its own target:
 --   completed                       -> compact: one closure-batch row per claim
 --                                      batch, one completion-batch row per ready slot
 --   failed / cancelled              -> explicit closure + done_entries row

@@ -45,9 +45,10 @@
 -- SKIP LOCKED: a lane a producer holds keeps its jobs until a later tick,
 -- so promotion never waits on a producer and cannot deadlock with one.
 
--- Lease slots are emptied by DELETE, not TRUNCATE: a lease slot counts as
--- empty only once its storage is gone too, so prune truncates it (and its
--- dead rows) before the ring turns onto it again.  Other rings unchanged.
+-- Whether a slot may be rotated onto.  Lease rows are removed by DELETE,
+-- so a lease slot counts as empty only once its storage is gone too: prune
+-- truncates it (and its dead rows) before the ring turns onto it again.
+-- The other rings' slots are empty when they hold no row.
 CREATE OR REPLACE FUNCTION awa.ring_slot_empty(p_ring text, p_slot integer) RETURNS boolean
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
