@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import subprocess
 import sys
 import uuid
@@ -274,3 +275,28 @@ def test_with_pg_read_all_stats_the_worker_role_truncates_ring_slots(deployment:
     assert "pruned" in outcomes, outcomes
     assert "horizon_unreadable" not in outcomes
     assert horizon["role"] == deployment.worker_login and horizon["readable"] is True
+
+
+_CALL = re.compile(r"\bawa\.([a-z_][a-z0-9_]*)\s*\(")
+
+
+def test_the_web_role_runs_no_function_that_runs_maintenance(deployment: Deployment):
+    # Read from pg_proc, as awa.maintenance_functions() does: a function that
+    # calls one the web role may not run is itself closed to it, so a new
+    # wrapper around a maintenance function (a prune, a rescue) cannot escape.
+    with deployment.connect() as conn:
+        rows = conn.execute(
+            "SELECT p.oid::regprocedure::text, p.proname, p.prosrc,"
+            "       has_function_privilege(%s, p.oid, 'EXECUTE')"
+            "  FROM pg_proc p WHERE p.pronamespace = 'awa'::regnamespace",
+            [deployment.web_login],
+        ).fetchall()
+    closed = {name for _, name, _, may in rows if not may}
+    leader = {"rotate_ring", "prune_ring", "rescue", "recheck_dependencies", "batch_op_step"}
+    assert leader <= closed
+    escaped = [
+        signature
+        for signature, _, body, may in rows
+        if may and set(_CALL.findall(re.sub(r"--[^\n]*", "", body))) & closed
+    ]
+    assert escaped == []

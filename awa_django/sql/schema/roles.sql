@@ -14,8 +14,10 @@
 -- maintainer gets EXECUTE.  The rule needs no role names, so it runs at
 -- migrate time too: a role that got EXECUTE on every new function through
 -- default privileges loses it on the maintenance functions before any
--- worker starts.  A migration that adds a maintenance function or table
--- names it in these lists and calls awa.restrict_maintenance() again.
+-- worker starts.  The function list is completed from pg_proc: whatever
+-- calls a listed function is restricted too, so a wrapper never escapes.
+-- A migration that adds a new maintenance entry point or table names it in
+-- these lists and calls awa.restrict_maintenance() again.
 --
 -- awa.grant_roles(owner, worker, web) is the object-level half of
 -- awa_roles: it hands every object to the owner (adopting an installation
@@ -29,14 +31,30 @@
 -- owner, callable by maintainers only, with a ring name it looks up and a
 -- bounded slot count as its only inputs.
 
--- Names of the functions only maintainers may run (every overload).
+-- Names of the functions only maintainers may run (every overload): the
+-- maintenance entry points and leader helpers named here, and every function
+-- of schema awa whose body calls one of them, directly or through another.
+-- The second half is read from pg_proc, so a new function wrapping a
+-- maintenance function (a faster prune over the old one, a cheap first look
+-- before a rescue) is restricted without being named.  A new maintenance
+-- function that calls none of these must still be named here.
 CREATE OR REPLACE FUNCTION awa.maintenance_functions() RETURNS text[]
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT ARRAY[
-        'ensure_ring_partitions', 'rotate_ring', 'prune_ring', 'prune_ring_unchecked',
-        'record_rotation_outcome', 'record_ring_outcome', 'carry_forward_and_fold', 'rescue',
-        'rescue_unchecked', 'rescue_attempts', 'rescue_leases', 'promote_due_skip_busy',
-        'cleanup', 'cleanup_unique_claims', 'cleanup_descriptors', 'sample_queues']
+LANGUAGE sql STABLE AS $$
+    WITH RECURSIVE restricted(name) AS (
+        SELECT unnest(ARRAY[
+            'ensure_ring_partitions', 'rotate_ring', 'prune_ring', 'prune_ring_unchecked',
+            'record_rotation_outcome', 'record_ring_outcome', 'carry_forward_and_fold', 'rescue',
+            'rescue_unchecked', 'rescue_attempts', 'rescue_leases', 'promote_due_skip_busy',
+            'cleanup', 'cleanup_unique_claims', 'cleanup_descriptors', 'sample_queues',
+            'recheck_dependencies', 'batch_op_step']) COLLATE "C"
+        UNION
+        SELECT p.proname::text COLLATE "C"
+          FROM pg_proc p, restricted r
+         WHERE p.pronamespace = 'awa'::regnamespace
+           -- Calls only: a comment that names a function does not count.
+           AND regexp_replace(p.prosrc, '--[^\n]*', '', 'g') ~ ('awa\.' || r.name || '\s*\(')
+    )
+    SELECT array_agg(name::text ORDER BY name) FROM restricted
 $$;
 
 -- Names of the tables only maintenance (and the workers' own registration)
