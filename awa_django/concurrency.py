@@ -4,7 +4,7 @@
 ``.using(concurrency_key="customer-42")`` stores the key and the limit in
 the job's metadata under :data:`CONCURRENCY_KEY` and
 :data:`CONCURRENCY_LIMIT`.  The claim reads them there, in PostgreSQL
-(``v021_concurrency.sql``): a job is handed to a worker only with one of its
+(``sql/schema/concurrency.sql``): a job is handed to a worker only with one of its
 key's ``limit`` slots, so at most that many attempts of a key run at once
 across every worker, queue and host.  Nothing else in the runtime needs to
 know: a slot is free again as soon as the attempt holding it is closed, by

@@ -2,7 +2,7 @@
 
 ``my_job.using(depends_on=[a, b]).enqueue(...)`` writes a job that runs only
 once ``a`` and ``b`` completed.  The wait lives in PostgreSQL
-(``v022_dependencies.sql``): the job sits in the deferred backlog in state
+(``sql/schema/dependencies.sql``): the job sits in the deferred backlog in state
 ``"waiting"`` with one edge row per dependency still open and a counter;
 the transaction that writes a dependency's outcome settles its edges (a
 trigger on the tables terminal outcomes go to), so nothing polls the job

@@ -11,7 +11,7 @@ Three NOLOGIN group roles, each with what its processes need and no more:
     table including TRUNCATE (prune empties ring slots with it, which needs
     the privilege, not ownership), every function, membership in
     ``pg_read_all_stats`` (prune must see every session's transaction, see
-    ``v020_roles.sql``).  No superuser, no CREATE: the ring partitions a
+    ``sql/schema/roles.sql``).  No superuser, no CREATE: the ring partitions a
     leader adds are created by ``awa.ensure_ring_partitions``, which runs as
     the owner.
 ``web``
@@ -42,8 +42,8 @@ from .storage import substrate
 from .storage.base import run
 
 KINDS = ("owner", "worker", "web")
-#: The substrate version that brought ``awa.grant_roles``.
-GRANTS_SINCE = 20
+#: The substrate version that brought ``awa.grant_roles`` (every 0.1.0 substrate has it).
+GRANTS_SINCE = 1
 DEFAULT_NAMES = {"owner": "awa_owner", "worker": "awa_worker", "web": "awa_web"}
 
 # Plain lower-case identifiers: they need no quoting anywhere, and none can

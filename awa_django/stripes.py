@@ -23,7 +23,7 @@ fires, batch-operation moves, ``dlq_retry(queue=...)``, SQL producers --
 land there, and workers claim it with the others.
 
 Workers claim every stripe of a queue in one statement
-(``awa.claim_ready_v4``), starting each claim one stripe further on
+(``awa.claim_ready``), starting each claim one stripe further on
 (:class:`Rotation`), so claimers spread over the stripes and none is
 starved.  Reads filter by :func:`physical_queues` and report
 :func:`logical_queue` (the name up to ``#``; ``#`` is not allowed in a

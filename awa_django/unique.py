@@ -8,7 +8,7 @@ sorted, no insignificant whitespace, non-ASCII kept as UTF-8, and every
 string (keys included) in Unicode normal form NFC, so "é" typed as one code
 point or as "e" plus a combining accent is the same argument.
 
-The database side (``v014_unique.sql``) holds one claim per key and releases
+The database side (``sql/schema/enqueue.sql``) holds one claim per key and releases
 it as soon as the holding job leaves the chosen ``states``.
 """
 

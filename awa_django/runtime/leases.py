@@ -37,7 +37,7 @@ T = TypeVar("T")
 #: Seconds between polls of a sequential wait for its payload (NOTIFY is the fast path).
 WAIT_POLL = 1.0
 
-#: NOTIFY channels the database signals on (see ``v011_leases.sql``).
+#: NOTIFY channels the database signals on (see ``sql/schema/leases.sql``).
 CANCEL_CHANNEL = "awa!cancel"  # "!" is not allowed in queue names: no clash
 CALLBACK_CHANNEL = "awa!callbacks"
 

@@ -63,7 +63,7 @@ class HorizonNotice:
 
     Prune truncates nothing when the leader's role cannot read other
     sessions' transactions in ``pg_stat_activity`` (outcome
-    ``horizon_unreadable``, see ``v020_roles.sql``).  Every ring hits it on
+    ``horizon_unreadable``, see ``sql/schema/maintenance.sql``).  Every ring hits it on
     every tick; one WARNING per term, with the fix, is enough.  The ring
     tasks of a term share one instance.
     """
@@ -205,7 +205,7 @@ class DependencyRecheck(PeriodicService[int]):
     """Settles dependency edges whose dependency is terminal but was not
     settled by its outcome's own transaction: a dependent enqueued in a
     transaction still open when the dependency finished (see
-    ``v022_dependencies.sql``).  Each run reads a bounded batch of edges,
+    ``sql/schema/dependencies.sql``).  Each run reads a bounded batch of edges,
     those never checked first, so the cost never grows with the job tables."""
 
     name = "dependencies"

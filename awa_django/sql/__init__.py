@@ -1,7 +1,8 @@
 """SQL shipped with awa_django, loaded once from package data.
 
-``schema/vNNN_*.sql`` files are substrate migrations (run by the Django
-migrations in ``awa_django.migrations``).  ``queries/<area>.sql`` files hold
+``schema/<concern>.sql`` files hold the substrate, one file per concern
+(rings, enqueue, claim, close, ...), each opening with its design; the
+Django migrations in ``awa_django.migrations`` run them in order.  ``queries/<area>.sql`` files hold
 named statements, each introduced by a ``-- name: <name>`` line, so no SQL
 lives in Python strings.  Only ``awa_django.storage`` executes them.
 """
@@ -21,7 +22,7 @@ def schema_file(filename: str) -> str:
 
 
 def schema_files() -> list[str]:
-    """Names of every substrate file, in version order."""
+    """Names of every substrate file, sorted by name."""
     folder = resources.files(__package__).joinpath("schema")
     return sorted(entry.name for entry in folder.iterdir() if entry.name.endswith(".sql"))
 

@@ -3,7 +3,7 @@
 Each function is a storage operation (see :mod:`.base`): the worker runs
 them on its async connections in autocommit mode, one statement and one
 short transaction each; tests and operator code run the same definitions
-through the sync runner.  See ``v002_runtime.sql`` for the run_lease guard
+through the sync runner.  See ``sql/schema/close.sql`` for the run_lease guard
 that makes :func:`close_attempts` safe against stale writers.
 """
 
@@ -92,7 +92,7 @@ def claim(
     ``nonce`` from :func:`claim_nonce`; only a claim that committed can be
     closed, so a reverted one never matches.
     Jobs carrying a concurrency key come only with a slot of their key;
-    the others of that key wait aside (``v021_concurrency.sql``).
+    the others of that key wait aside (``sql/schema/concurrency.sql``).
     """
     if nonce is None:
         nonce = claim_nonce()

@@ -1,4 +1,4 @@
-"""Batch operations: change many jobs at once (see ``v017_batch_ops.sql``).
+"""Batch operations: change many jobs at once (see ``sql/schema/batch_ops.sql``).
 
 An operation is one row of ``awa.batch_operations``.  Operators preview,
 submit, list and cancel them through :mod:`awa_django.ops`; the maintenance

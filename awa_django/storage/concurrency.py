@@ -1,5 +1,5 @@
 """Reading the per-key concurrency state (the claim enforces it, see
-``v021_concurrency.sql``; nothing here changes it)."""
+``sql/schema/concurrency.sql``; nothing here changes it)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Job dependencies: the leader's recheck and the console's reads (the
 edges are written by ``enqueue_dependent`` and settled by triggers in the
-transaction of each outcome, see ``v022_dependencies.sql``)."""
+transaction of each outcome, see ``sql/schema/dependencies.sql``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Dead-letter queue operations (see ``v013_dlq.sql``).
+"""Dead-letter queue operations (see ``sql/schema/dlq.sql``).
 
 Retry and purge take job ids and return the ids they touched; the
 ``*_matching`` forms work through every entry matching a filter in bounded

@@ -3,7 +3,7 @@
 Producers run these through the sync runner on Django's connection for the
 job's database alias, so they are part of whatever transaction the caller
 has open.  Lane sequencing, shard routing and notification live in SQL
-(``awa.enqueue_job`` and ``awa.reserve_ready_batch_v2``) so every producer
+(``awa.enqueue_job`` and ``awa.reserve_ready_batch``) so every producer
 path shares one implementation; the stripe of a striped queue is chosen
 here (:mod:`awa_django.stripes`), and the references returned name the
 logical queue.  The batch path is an atomic operation (a

@@ -1,4 +1,4 @@
-"""Leases, external callbacks and cancellation (see ``v011_leases.sql``).
+"""Leases, external callbacks and cancellation (see ``sql/schema/leases.sql``).
 
 An attempt starts as a receipt; the operations here escalate it to a lease
 when it needs mutable state (a callback, explicit heartbeats), park it while

@@ -2,9 +2,9 @@
 
 The maintenance leader runs them on its own async connections; tests and
 ``awa_storage`` run the same definitions through the sync runner.  The
-design of the ring gates lives in ``v003_maintenance.sql``; why prune proves
+design of the ring gates lives in ``sql/schema/maintenance.sql``; why prune proves
 them before its exclusive lock, and checks only a stamp under it, in
-``v010_short_prune.sql``.
+``sql/schema/maintenance.sql``.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def prune(
     lock must see what committed while prune waited for it.  The lock hold
     is recorded in ``awa.ring_status.last_prune_exclusive_ms``.  A role that
     cannot read the transaction horizon gets :data:`HORIZON_UNREADABLE` and
-    truncates nothing (``v020_roles.sql``).
+    truncates nothing (``sql/schema/roles.sql``).
     """
     return str((yield from _scalar("prune_ring", [ring, lock_timeout_ms, failed_retention])))
 

@@ -1,7 +1,7 @@
 """Periodic schedules: declaration sync, due reads, guarded fires, operator changes.
 
 The statements are in ``sql/queries/periodic.sql`` and the design (why a
-fire and its job are one statement) in ``v012_periodic.sql``.  Cron
+fire and its job are one statement) in ``sql/schema/periodic.sql``.  Cron
 arithmetic is not storage's business: operations that need the next
 occurrence of a schedule take a :data:`NextAfter` function from the caller
 (:mod:`awa_django.cron` passes its cronsim-backed one), so this module

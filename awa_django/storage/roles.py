@@ -5,7 +5,7 @@ Role and database names cannot be bind parameters of ``CREATE ROLE`` or
 composed with :mod:`psycopg.sql` (``Identifier`` for names, ``Literal`` for
 the same names as values inside ``DO`` blocks).  :mod:`awa_django.roles`
 validates the names before they get here.  The object-level grants are
-the substrate's own ``awa.grant_roles`` (``v020_roles.sql``), called with
+the substrate's own ``awa.grant_roles`` (``sql/schema/roles.sql``), called with
 the names as values.
 
 Passwords are set from a SCRAM-SHA-256 verifier computed by libpq on the

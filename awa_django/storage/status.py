@@ -5,7 +5,7 @@ outcomes and the last prune's lock hold from ``ring_status``, per-slot
 occupancy and dead tuples from PostgreSQL's statistics views (estimates,
 not scans), the leader from ``pg_locks``, whether the leader's role may
 prune at all (it must read the transaction horizon, see
-``v020_roles.sql``); the capacity of each queue from the settings and the
+``sql/schema/roles.sql``); the capacity of each queue from the settings and the
 live overrides (:func:`capacity_status`).
 """
 
@@ -121,7 +121,7 @@ def storage_status() -> Steps[dict[str, Any]]:
             rings[ring]["rotations"] += rotations
             if action == "prune":
                 # ACCESS EXCLUSIVE hold of the last prune that got its lock, its commit
-                # not included (see v010_short_prune.sql).
+                # not included (see sql/schema/maintenance.sql).
                 rings[ring]["last_prune_exclusive_ms"] = held
     hot = hot_table_totals(stats)
     horizon["refused_rings"] = [

@@ -23,21 +23,26 @@ from ..conf import awa_settings
 from ..sql import schema_file
 from .base import Execute, Steps, operation, single
 
-# The substrate version this code needs (the last vNNN file).
-SCHEMA_VERSION = 24
+# The substrate version this code needs (``awa.substrate_info``): 1 is the
+# 0.1.0 substrate installed by migration 0001_initial.
+SCHEMA_VERSION = 1
 
 
 class RunAwaSQL(migrations.RunSQL):
-    """Run ``sql/schema/<forward>`` (and ``<reverse>`` when unapplying)."""
+    """Run ``sql/schema/<forward>`` (and ``<reverse>`` when unapplying).
+
+    ``reverse=RunAwaSQL.noop`` marks a file whose objects another operation's
+    reverse removes (``uninstall.sql`` drops the whole schema).
+    """
 
     def __init__(self, forward: str, reverse: str | None = None) -> None:
         self.forward = forward
         self.reverse = reverse
-        super().__init__(sql=forward, reverse_sql=reverse if reverse else None, elidable=False)
+        super().__init__(sql=forward, reverse_sql=reverse, elidable=False)
 
     def deconstruct(self) -> tuple[str, list[Any], dict[str, Any]]:
         kwargs = {"forward": self.forward}
-        if self.reverse:
+        if self.reverse is not None:
             kwargs["reverse"] = self.reverse
         return (self.__class__.__qualname__, [], kwargs)
 
@@ -72,6 +77,8 @@ class RunAwaSQL(migrations.RunSQL):
     ) -> None:
         if self.reverse is None:
             raise NotImplementedError(f"{self.forward} cannot be reversed")
+        if self.reverse == self.noop:
+            return
         if self._applies(schema_editor.connection):
             schema_editor.execute(schema_file(self.reverse), params=None)
 

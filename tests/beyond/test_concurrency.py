@@ -1,6 +1,6 @@
 """Per-key concurrency: at most N running attempts of a key across the fleet.
 
-The limit is enforced by the claim, in PostgreSQL (``v021_concurrency.sql``):
+The limit is enforced by the claim, in PostgreSQL (``sql/schema/concurrency.sql``):
 candidates over their key's limit are held aside without holding up the lane
 behind them, and come back when a slot frees -- whichever path closed the
 attempt that held it.  The worker tests check the limit from outside the

@@ -1,5 +1,5 @@
 """Job dependencies: ``using(depends_on=[...])`` holds a job until every
-dependency completed (see ``v022_dependencies.sql``).
+dependency completed (see ``sql/schema/dependencies.sql``).
 
 The wait is settled in the transaction that writes each dependency's
 outcome (triggers on the terminal tables), with the leader's recheck for a

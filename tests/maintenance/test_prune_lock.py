@@ -1,4 +1,4 @@
-"""Prune's short critical section (substrate version 10).
+"""Prune's short critical section (``sql/schema/maintenance.sql``).
 
 The gates are proven and the counts folded before prune takes ACCESS
 EXCLUSIVE on the slot; under the lock it only checks that the slot's stamp

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
 import subprocess
 import sys
 
@@ -84,9 +85,9 @@ def test_running_the_substrate_again_changes_nothing(db, queue):
     ref = noop.using(queue=queue).enqueue("survives")
     before = fingerprint()
     with connection.cursor() as cursor:
-        for name in schema_files():
-            if not name.endswith("_down.sql"):
-                cursor.execute(schema_file(name))
+        for operation in _migration_operations():
+            if isinstance(operation, RunAwaSQL):
+                cursor.execute(schema_file(operation.forward))
     assert fingerprint() == before
     from awa_django import ops
 
@@ -184,3 +185,63 @@ def test_hot_arrays_and_payloads_use_lz4_where_the_server_has_it(db):
         )
         methods = {row[0] for row in cursor.fetchall()}
     assert methods == ({"l"} if _server_has_lz4() else {""})
+
+
+_CALL = re.compile(r"\bawa\.([a-z_][a-z0-9_]*)\s*\(")
+
+
+def _calls(text: str) -> set[str]:
+    return set(_CALL.findall(re.sub(r"--[^\n]*", "", text)))
+
+
+def _installed_functions() -> dict[str, str]:
+    """Name -> body of every function in schema awa (no overloads today)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT p.proname, p.prosrc FROM pg_proc p WHERE p.pronamespace = 'awa'::regnamespace"
+        )
+        rows = cursor.fetchall()
+    assert len({name for name, _ in rows}) == len(rows), "an overload: extend this guard"
+    return dict(rows)
+
+
+def test_every_function_the_code_calls_exists_under_one_final_name(db):
+    functions = _installed_functions()
+    assert not [name for name in functions if re.search(r"_v\d+$", name)]
+    called = set().union(*(_calls("\n".join(queries(area).values())) for area in _query_areas()))
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT relname FROM pg_class WHERE relnamespace = 'awa'::regnamespace")
+        relations = {row[0] for row in cursor.fetchall()}  # INSERT INTO awa.t (...)
+    assert called - set(functions) - relations == set()
+
+
+def test_the_substrate_holds_no_function_nothing_calls(db):
+    # Reachable: what a named query, a trigger or a substrate file's own
+    # statements call, and whatever those call in turn.
+    functions = _installed_functions()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT DISTINCT t.tgfoid::regproc::text FROM pg_trigger t"
+            " JOIN pg_class c ON c.oid = t.tgrelid"
+            " WHERE c.relnamespace = 'awa'::regnamespace AND NOT t.tgisinternal"
+        )
+        triggers = {row[0].removeprefix("awa.") for row in cursor.fetchall()}
+    files = "\n".join(
+        re.sub(r"\$\$.*?\$\$", "", schema_file(operation.forward), flags=re.S)
+        for operation in _migration_operations()
+        if isinstance(operation, RunAwaSQL)
+    )
+    queried = set().union(*(_calls("\n".join(queries(area).values())) for area in _query_areas()))
+    reached, todo = set(), [*queried, *triggers, *_calls(files)]
+    while todo:
+        name = todo.pop()
+        if name in reached or name not in functions:
+            continue
+        reached.add(name)
+        todo.extend(_calls(functions[name]))
+    assert sorted(set(functions) - reached) == []
+
+
+def _query_areas() -> list[str]:
+    folder = ROOT / "awa_django" / "sql" / "queries"
+    return sorted(path.stem for path in folder.glob("*.sql"))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import subprocess
 import sys
 import uuid
@@ -100,12 +101,16 @@ FORBIDDEN = {
     "alter table": "ALTER TABLE awa.queue_meta ADD COLUMN mine integer",
     "drop view": "DROP VIEW awa.jobs",
     "rotate": "SELECT awa.rotate_ring('queue')",
-    "prune": "SELECT awa.prune_ring_v3('queue', 10, interval '1 hour')",
-    "prune (previous release)": "SELECT awa.prune_ring_v2('queue', 10, interval '1 hour')",
-    "truncate through a function": "SELECT awa.truncate_ring_slot('queue', 3)",
+    "prune": "SELECT awa.prune_ring('queue', 10, interval '1 hour')",
+    "prune without the horizon check": (
+        "SELECT awa.prune_ring_unchecked('queue', 10, interval '1 hour')"
+    ),
     "create partitions": "SELECT awa.ensure_ring_partitions('queue', 32)",
-    "rescue": "SELECT awa.rescue_v2('stale_heartbeat', interval '1 s', true, '{}', '{}', 10)",
-    "promote": "SELECT awa.promote_due(10)",
+    "rescue": "SELECT awa.rescue('stale_heartbeat', interval '1 s', true, '{}', '{}', 10)",
+    "rescue without the first look": (
+        "SELECT awa.rescue_unchecked('stale_heartbeat', interval '1 s', true, '{}', '{}', 10)"
+    ),
+    "promote": "SELECT awa.promote_due_skip_busy(10)",
     "cleanup": "SELECT awa.cleanup(interval '1 s', interval '1 s', 10)",
     "grant": "SELECT awa.grant_roles('a', 'b', 'c')",
     "write a ring ledger": "INSERT INTO awa.queue_ring_rotations (generation, slot) VALUES (-1, 0)",
@@ -270,3 +275,28 @@ def test_with_pg_read_all_stats_the_worker_role_truncates_ring_slots(deployment:
     assert "pruned" in outcomes, outcomes
     assert "horizon_unreadable" not in outcomes
     assert horizon["role"] == deployment.worker_login and horizon["readable"] is True
+
+
+_CALL = re.compile(r"\bawa\.([a-z_][a-z0-9_]*)\s*\(")
+
+
+def test_the_web_role_runs_no_function_that_runs_maintenance(deployment: Deployment):
+    # Read from pg_proc, as awa.maintenance_functions() does: a function that
+    # calls one the web role may not run is itself closed to it, so a new
+    # wrapper around a maintenance function (a prune, a rescue) cannot escape.
+    with deployment.connect() as conn:
+        rows = conn.execute(
+            "SELECT p.oid::regprocedure::text, p.proname, p.prosrc,"
+            "       has_function_privilege(%s, p.oid, 'EXECUTE')"
+            "  FROM pg_proc p WHERE p.pronamespace = 'awa'::regnamespace",
+            [deployment.web_login],
+        ).fetchall()
+    closed = {name for _, name, _, may in rows if not may}
+    leader = {"rotate_ring", "prune_ring", "rescue", "recheck_dependencies", "batch_op_step"}
+    assert leader <= closed
+    escaped = [
+        signature
+        for signature, _, body, may in rows
+        if may and set(_CALL.findall(re.sub(r"--[^\n]*", "", body))) & closed
+    ]
+    assert escaped == []

@@ -75,7 +75,7 @@ def test_claim_locks_do_not_grow_with_the_backlog(queue, backlog):
     assert len({name for name in locks if name.startswith("awa.ready_entries_")}) <= 3, locks
 
 
-#: What settling dependencies adds to a close (``v022_dependencies.sql``): a
+#: What settling dependencies adds to a close (``sql/schema/dependencies.sql``): a
 #: read of the use flag (a sequence) and, once dependents were ever
 #: enqueued, the edge table with its indexes.  None is a ring relation, so a
 #: prune never asks for an exclusive lock on them.

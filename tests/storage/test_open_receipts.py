@@ -2,7 +2,7 @@
 
 The view skips a batch once every item has closure evidence (counted once
 per batch) and tests the others item by item; closes unnest each batch
-once (``awa.close_attempts_v4``).  Whatever the mix of compact (success)
+once (``awa.close_attempts``).  Whatever the mix of compact (success)
 and explicit (other outcomes) evidence, and however a batch's closes are
 split, exactly the attempts not closed yet are open, and an attempt
 closes once.

@@ -1,4 +1,4 @@
--- Batch operations (see v017_batch_ops.sql).  JSON columns as text.
+-- Batch operations (see schema/batch_ops.sql).  JSON columns as text.
 
 -- name: batch_op_count
 -- How many jobs the operation would change now.

@@ -1,4 +1,4 @@
--- Per-key concurrency (see v021_concurrency.sql).
+-- Per-key concurrency (see schema/concurrency.sql).
 
 -- name: holds_so_far
 -- How many times a claim has held a job aside since the install (the

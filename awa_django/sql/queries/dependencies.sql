@@ -1,4 +1,4 @@
--- Job dependencies (see v022_dependencies.sql).
+-- Job dependencies (see schema/dependencies.sql).
 
 -- name: recheck
 SELECT awa.recheck_dependencies(%s)

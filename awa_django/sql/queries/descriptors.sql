@@ -1,4 +1,4 @@
--- Queue and job-kind descriptor catalogs (see v015_console.sql).
+-- Queue and job-kind descriptor catalogs (see schema/console.sql).
 
 -- name: sync_descriptors
 SELECT awa.sync_descriptors(%s, %s, %s::text[], %s::text[], %s::text[], %s::text[],

@@ -1,4 +1,4 @@
--- Dead-letter queue operations (see v013_dlq.sql).  JSON columns as text.
+-- Dead-letter queue operations (see schema/dlq.sql).  JSON columns as text.
 
 -- name: dlq_list
 SELECT job_id, kind, queue, priority, args::text, kwargs::text, metadata::text, tags, attempt,

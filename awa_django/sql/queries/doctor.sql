@@ -64,12 +64,12 @@ SELECT s.relname::text, s.n_live_tup, s.n_dead_tup, s.last_vacuum, s.last_autova
  ORDER BY s.n_dead_tup DESC, s.relname
 
 -- name: waiting_queues
--- Queues with available jobs (awa.state_counts, the console's exact
+-- Queues with available jobs (awa.queue_state_counts, the console's exact
 -- counters), the oldest ready segment beyond each lane's claim cursor, and
 -- whether the queue is paused.
 SELECT c.queue, c.n, o.oldest, round(extract(epoch FROM clock_timestamp() - o.oldest), 1)::float8,
        m.paused_at
-  FROM awa.state_counts(NULL) c
+  FROM awa.queue_state_counts(NULL) c
   LEFT JOIN LATERAL (
         SELECT min(s.run_at) AS oldest
           FROM awa.queue_claim_heads h

@@ -23,7 +23,7 @@ SELECT job_id, state, run_at, missing
 -- name: reserve_ready_batch
 -- Each job's run_at (NULL: now) stamps the segment it lands in, for aging.
 SELECT r.ord, r.job_id, r.shard, r.lane_seq, r.ready_slot, r.ready_generation, now()::text
-  FROM awa.reserve_ready_batch_v2(%s::text[], %s::smallint[], %s::text[],
+  FROM awa.reserve_ready_batch(%s::text[], %s::smallint[], %s::text[],
                                   %s::timestamptz[]) AS r
 
 -- name: reserve_ready_run

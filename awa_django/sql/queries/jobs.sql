@@ -19,20 +19,20 @@ SELECT id, kind, queue, priority, state, attempt, max_attempts, run_lease,
  LIMIT %(limit)s
 
 -- name: queue_counts
--- Each state from its cheapest exact source (v015_console.sql, jobs held
+-- Each state from its cheapest exact source (schema/console.sql, jobs held
 -- for a concurrency slot since v022), summed over the physical queues (the
 -- stripes) of one logical queue.
-SELECT state, sum(n)::bigint FROM awa.state_counts_v3(%(queues)s::text[]) GROUP BY state
+SELECT state, sum(n)::bigint FROM awa.state_counts(%(queues)s::text[]) GROUP BY state
 
 -- name: state_counts
 -- (queue, state, count) of every queue with a job in some state.
-SELECT queue, state, n FROM awa.state_counts_v3(NULL) WHERE n <> 0
+SELECT queue, state, n FROM awa.state_counts(NULL) WHERE n <> 0
 
 -- name: job_page
 SELECT id, kind, queue, priority, state, attempt, max_attempts, run_lease,
        args::text, kwargs::text, metadata::text, tags, errors::text, progress::text,
        return_value::text, created_at, run_at, attempted_at, finalized_at
-  FROM awa.job_page_v2(%(before)s, %(floor)s, %(limit)s, %(state)s, %(queues)s::text[],
+  FROM awa.job_page(%(before)s, %(floor)s, %(limit)s, %(state)s, %(queues)s::text[],
                        %(kind)s, %(priority)s::smallint, %(tag)s)
 
 -- name: job_states

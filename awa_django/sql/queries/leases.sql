@@ -1,4 +1,4 @@
--- Leases, callbacks and cancellation (see v011_leases.sql).
+-- Leases, callbacks and cancellation (see schema/leases.sql).
 
 -- name: materialize_lease
 SELECT awa.materialize_lease(%s, %s, %s, %s, %s, %s, %s, %s, make_interval(secs => %s))
@@ -25,8 +25,8 @@ SELECT (s.callback_result -> 'payload')::text
 SELECT awa.resolve_callback(%s, %s, %s, %s, %s, %s::text[], %s::text[])
 
 -- name: cancel_job
--- Held jobs (waiting for a concurrency slot) too, see v021_concurrency.sql.
-SELECT awa.cancel_job_v2(%s, %s)
+-- Held jobs (waiting for a concurrency slot) too, see schema/concurrency.sql.
+SELECT awa.cancel_job(%s, %s)
 
 -- name: lease_callback
 -- The callback a live attempt of this job waits for, if any.

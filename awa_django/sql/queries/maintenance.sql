@@ -38,7 +38,7 @@ SELECT awa.ensure_ring_partitions(%s, %s)
 SELECT awa.rotate_ring(%s)
 
 -- name: prune_ring
-SELECT awa.prune_ring_v5(%s, %s, make_interval(secs => %s))
+SELECT awa.prune_ring(%s, %s, make_interval(secs => %s))
 
 -- name: prune_horizon
 -- Whether prune can read every session's transaction horizon (a superuser
@@ -54,11 +54,11 @@ SELECT current_user::text, awa.horizon_readable(current_user),
  LIMIT 1
 
 -- name: rescue_attempts
-SELECT awa.rescue_v3(%s, make_interval(secs => %s), %s, %s::text[], %s::text[], %s)
+SELECT awa.rescue(%s, make_interval(secs => %s), %s, %s::text[], %s::text[], %s)
 
 -- name: closed_attempts
 SELECT job_id, run_lease, claim_nonce
-  FROM awa.closed_attempts_v2(%s::smallint[], %s::bigint[], %s::integer[], %s::bigint[],
+  FROM awa.closed_attempts(%s::smallint[], %s::bigint[], %s::integer[], %s::bigint[],
                               %s::bigint[], %s::bigint[])
 
 -- name: cleanup_unique_claims

@@ -1,4 +1,4 @@
--- Live per-queue overrides (see v016_overrides.sql).
+-- Live per-queue overrides (see schema/queues.sql).
 
 -- name: set_overrides
 -- Upserts every (key, value) pair given for one queue in one statement.

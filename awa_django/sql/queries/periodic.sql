@@ -1,5 +1,5 @@
 -- Periodic (cron) schedules: declaration sync, the leader's evaluation, and
--- the operator's pause/resume/trigger (design in v012_periodic.sql).
+-- the operator's pause/resume/trigger (design in schema/periodic.sql).
 
 -- name: clock
 SELECT clock_timestamp()

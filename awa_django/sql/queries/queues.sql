@@ -1,4 +1,4 @@
--- Queue control and the queue list (see v015_console.sql).
+-- Queue control and the queue list (see schema/console.sql).
 
 -- name: ensure_queue_meta
 INSERT INTO awa.queue_meta (queue) VALUES (%(queue)s) ON CONFLICT (queue) DO NOTHING
@@ -20,7 +20,7 @@ RETURNING queue
 SELECT paused_at FROM awa.queue_meta WHERE queue = %(queue)s AND paused_at IS NOT NULL
 
 -- name: drain_queue
-SELECT awa.drain_queue_v2(%(queue)s, %(reason)s)
+SELECT awa.drain_queue(%(queue)s, %(reason)s)
 
 -- name: queue_meta
 SELECT queue, paused_at, enqueue_shards FROM awa.queue_meta
@@ -59,7 +59,7 @@ SELECT sampled_at, queue, counts::text
 -- one is in the first segment past the cursor (one probe of
 -- ready_segments_lane_idx, as the claim makes).  Scheduled counts the
 -- deferred jobs (scheduled and waiting to retry); running counts open
--- receipts and running leases, as awa.state_counts does.
+-- receipts and running leases, as awa.queue_state_counts does.
 WITH lanes AS MATERIALIZED (  -- each lane probed once
     SELECT h.queue,
            e.next_seq - h.claim_seq - (

@@ -1,4 +1,4 @@
--- Fleet-wide rate limits (see v018_fleet_rate.sql).
+-- Fleet-wide rate limits (see schema/queues.sql).
 
 -- name: take_rate_tokens
 SELECT granted, wait_seconds FROM awa.take_rate_tokens(%s, %s, %s, %s)

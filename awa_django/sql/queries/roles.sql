@@ -88,7 +88,7 @@ END
 $awa$
 
 -- name: object_privileges
--- Everything that exists in schema awa (v020_roles.sql explains the rules).
+-- Everything that exists in schema awa (schema/roles.sql explains the rules).
 DO $awa$
 BEGIN
     IF pg_catalog.to_regprocedure('awa.grant_roles(name, name, name)') IS NULL THEN

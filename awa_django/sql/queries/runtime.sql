@@ -7,19 +7,19 @@
 -- concurrency key are handed out only with a slot of their key.
 SELECT job_id, run_lease, kind, priority, effective_priority, attempt, max_attempts,
        args, kwargs, metadata, tags, errors, progress, claim_slot, batch_id, item, deadline_at
-  FROM awa.claim_ready_v8(%s, %s::text[], %s, %s, make_interval(secs => %s),
+  FROM awa.claim_ready(%s, %s::text[], %s, %s, make_interval(secs => %s),
                           make_interval(secs => %s), %s)
 
 -- name: close_attempts
 SELECT job_id, run_lease
-  FROM awa.close_attempts_v4(%s::smallint[], %s::bigint[], %s::integer[], %s::bigint[],
+  FROM awa.close_attempts(%s::smallint[], %s::bigint[], %s::integer[], %s::bigint[],
                           %s::bigint[], %s::bigint[], %s::text[], %s::text[],
                           %s::timestamptz[], %s::smallint[], %s::text[], %s::text[],
                           %s::text[], %s::text[])
 
 -- name: record_progress
 SELECT job_id, run_lease
-  FROM awa.record_progress_v3(%s::smallint[], %s::bigint[], %s::integer[], %s::bigint[],
+  FROM awa.record_progress(%s::smallint[], %s::bigint[], %s::integer[], %s::bigint[],
                            %s::bigint[], %s::bigint[], %s::text[])
 
 -- name: promote_due
