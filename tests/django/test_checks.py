@@ -241,6 +241,11 @@ def test_an_unmigrated_database_warns_without_blocking_migrate(db):
         assert result.returncode == 0, result.stderr
         assert "awa_django.W002" in result.stderr and "not installed" in result.stderr
         assert "migrate awa_django --database default" in result.stderr
+        # migrate --plan applies nothing, so it still warns; a migrate of
+        # another app leaves awa_django pending and warns too.
+        for args in (("--plan",), ("auth",)):
+            planned = manage("migrate", *args, database_url_override=url)
+            assert "awa_django.W002" in planned.stderr, planned.stderr
         strict = ("check", "--database", "default", "--fail-level", "WARNING")
         assert manage(*strict, database_url_override=url).returncode != 0
 
