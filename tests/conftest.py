@@ -87,8 +87,11 @@ def reset_awa(transactional_db):
     reset_queue_storage()
 
 
-def database_url() -> str:
-    """URL of the test database, for worker and manage.py subprocesses."""
+def database_url(name: str | None = None) -> str:
+    """URL of the test database (or of database ``name`` on the same server),
+    for worker and manage.py subprocesses.  The embedded server is reached
+    through its socket directory, ``?host=/path/to/.pgdata``: the database
+    name is never the URL's last path segment."""
     settings = connection.settings_dict
     host = settings.get("HOST") or ""
     query = ""
@@ -98,7 +101,7 @@ def database_url() -> str:
     password = f":{settings['PASSWORD']}" if settings.get("PASSWORD") else ""
     port = f":{settings['PORT']}" if settings.get("PORT") else ""
     user = settings.get("USER") or "postgres"
-    return f"postgres://{user}{password}@{host}{port}/{settings['NAME']}{query}"
+    return f"postgres://{user}{password}@{host}{port}/{name or settings['NAME']}{query}"
 
 
 def manage(
