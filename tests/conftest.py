@@ -27,6 +27,27 @@ from awa_django.storage.connection import conninfo
 
 ROOT = Path(__file__).resolve().parent.parent
 
+#: ``AWA_HEAVY_TESTS=0`` is the quick suite: the tests marked ``heavy`` (the
+#: chaos scenarios, the soaks, the million-job console) are deselected and
+#: the property-based tests run a fifth of their examples.  Unset, or any
+#: other value, runs everything at full size, as ``make test`` does; CI runs
+#: the heavy tests in one leg only (.ci/run).
+HEAVY = os.environ.get("AWA_HEAVY_TESTS", "") != "0"
+
+
+def examples(full: int) -> int:
+    """Hypothesis ``max_examples``: ``full``, or a fifth of it in the quick suite."""
+    return full if HEAVY else max(full // 5, 5)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if HEAVY:
+        return
+    heavy = [item for item in items if item.get_closest_marker("heavy")]
+    if heavy:
+        config.hook.pytest_deselected(items=heavy)
+        items[:] = [item for item in items if not item.get_closest_marker("heavy")]
+
 
 #: Heartbeats and rescues a few hundred milliseconds apart: a killed or
 #: overrunning worker's attempts come back within a couple of seconds.

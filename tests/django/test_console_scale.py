@@ -56,6 +56,7 @@ def probe(url: str, *args: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.heavy
 def test_console_pages_on_a_million_jobs(scale_url):
     filled = probe(scale_url, "fill", str(JOBS))
     report = probe(scale_url, "pages")

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from awa_django.views.callbacks import sign
+from tests.conftest import examples
 
 from .test_callback_views import (
     ACTIONS,
@@ -30,7 +31,7 @@ from .test_callback_views import (
 )
 
 FUZZ = settings(
-    max_examples=150,
+    max_examples=examples(150),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -84,7 +85,7 @@ def test_signed_fuzzed_bodies_reach_validation_and_are_refused_cleanly(body, dep
 
 
 @given(signature=signatures, body=bodies)
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck))
 def _forged(signature, body, callback_id, seen):
     if signature is not None and signature == sign(SECRET, body):
         return  # Hypothesis found the real signature: not a forgery
