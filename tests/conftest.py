@@ -127,7 +127,11 @@ def reset_queue_storage() -> None:
 
 @pytest.fixture
 def reset_awa(transactional_db):
-    """For transaction=True tests: leave empty queue storage behind."""
+    """For transaction=True tests: start on empty queue storage with the ring
+    cursors at genesis, and leave it so.  The reset before costs a scan of
+    empty tables; it makes the test independent of whatever ran before it on
+    this database (under xdist, any test of the suite)."""
+    reset_queue_storage()
     yield
     reset_queue_storage()
 
