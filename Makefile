@@ -26,8 +26,13 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) scripts/with_database.py sh -c '$(PY) testproject/manage.py migrate --verbosity 0 && $(PY) testproject/manage.py demo'
 
+# The suite runs in up to four processes (pytest-xdist, a test database
+# each; tests sharing a cluster or timing-sensitive share an xdist_group).
+# XDIST= runs it in one process; AWA_HEAVY_TESTS=0 make test is the quick
+# suite (no chaos, soak or million-job tests; smaller property tests).
+XDIST ?= -n auto --maxprocesses 4 --dist loadgroup
 test: $(STAMP)
-	$(PY) scripts/with_database.py $(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) scripts/with_database.py $(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # The chaos scenarios (tests/reliability/test_chaos.py) round after round for
 # DURATION seconds, with longer faults (FAULT_SECONDS); the report goes to

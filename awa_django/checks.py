@@ -11,8 +11,10 @@ awa substrate is installed at the version this code needs, and
 from __future__ import annotations
 
 import importlib
+import sys
 import uuid
 from collections.abc import Sequence
+from types import FrameType
 from typing import Any
 
 from django.apps import AppConfig
@@ -168,6 +170,26 @@ def _pending_migrations(alias: str) -> int:
     )
 
 
+def _migrate_applies_awa() -> bool:
+    """Whether these checks run inside a ``migrate`` that is about to apply
+    awa_django's migrations (all apps, or awa_django named): W002 would tell
+    its user to run the very command that is fixing it.  ``--plan`` and
+    ``--check`` apply nothing, so they still get the warning."""
+    from django.core.management.commands.migrate import Command as Migrate
+
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        options = frame.f_locals.get("options")
+        if isinstance(frame.f_locals.get("self"), Migrate) and isinstance(options, dict):
+            return (
+                options.get("app_label") in (None, APP_LABEL)
+                and not options.get("plan")
+                and not options.get("check_unapplied")
+            )
+        frame = frame.f_back
+    return False
+
+
 @register(Tags.database)
 def check_substrate(
     app_configs: Sequence[AppConfig] | None = None,
@@ -180,6 +202,7 @@ def check_substrate(
     anything an unmigrated database shows must not be an Error, or the
     command that installs the substrate would refuse to run.  What migrate
     can fix is therefore a Warning (W002): awa_django migrations are pending.
+    ``migrate`` itself, when it is about to apply them, does not print it.
     When every awa_django migration is recorded as applied and the substrate
     is still missing (E003) or older than this code needs (E004), the
     database was changed behind Django's back: migrate has nothing left to
@@ -207,6 +230,8 @@ def check_substrate(
     else:
         return []
     if pending:
+        if _migrate_applies_awa():
+            return []
         return [
             CheckWarning(
                 f"{state}; {pending} awa_django migration(s) pending",

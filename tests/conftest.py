@@ -27,6 +27,27 @@ from awa_django.storage.connection import conninfo
 
 ROOT = Path(__file__).resolve().parent.parent
 
+#: ``AWA_HEAVY_TESTS=0`` is the quick suite: the tests marked ``heavy`` (the
+#: chaos scenarios, the soaks, the million-job console) are deselected and
+#: the property-based tests run a fifth of their examples.  Unset, or any
+#: other value, runs everything at full size, as ``make test`` does; CI runs
+#: the heavy tests in one leg only (.ci/run).
+HEAVY = os.environ.get("AWA_HEAVY_TESTS", "") != "0"
+
+
+def examples(full: int) -> int:
+    """Hypothesis ``max_examples``: ``full``, or a fifth of it in the quick suite."""
+    return full if HEAVY else max(full // 5, 5)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if HEAVY:
+        return
+    heavy = [item for item in items if item.get_closest_marker("heavy")]
+    if heavy:
+        config.hook.pytest_deselected(items=heavy)
+        items[:] = [item for item in items if not item.get_closest_marker("heavy")]
+
 
 #: Heartbeats and rescues a few hundred milliseconds apart: a killed or
 #: overrunning worker's attempts come back within a couple of seconds.
@@ -53,20 +74,44 @@ def raw_conn(db):
 
 
 # Every queue table emptied, the ring cursors back at genesis.  Test support
-# only: production schemas carry no function that discards jobs.
+# only: production schemas carry no function that discards jobs.  Only the
+# tables that hold rows are truncated (a test touches a handful of the ~140
+# leaf tables; truncating all of them took ~0.5 s per test), and a ring's
+# rotation history only when it moved past genesis.  The end state is the
+# same as truncating everything: there is no foreign key between awa tables.
 RESET_SQL = """
 DO $$
 DECLARE
-    v_tables text;
+    v_table text;
+    v_rotations constant text[] := ARRAY[
+        'awa.queue_ring_rotations', 'awa.claim_ring_rotations', 'awa.lease_ring_rotations'];
+    v_dirty boolean;
+    v_truncate text[] := '{}';
 BEGIN
-    SELECT string_agg(format('awa.%I', c.relname), ', ') INTO v_tables
-      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-     WHERE n.nspname = 'awa' AND c.relkind IN ('r', 'p') AND NOT c.relispartition
-       AND c.relname NOT IN ('substrate_info', 'ring_config');
-    EXECUTE 'TRUNCATE ' || v_tables;
-    INSERT INTO awa.queue_ring_rotations (generation, slot) VALUES (0, 0);
-    INSERT INTO awa.claim_ring_rotations (generation, slot) VALUES (0, 0);
-    INSERT INTO awa.lease_ring_rotations (generation, slot) VALUES (0, 0);
+    FOR v_table IN
+        SELECT c.oid::regclass::text FROM pg_class c
+         WHERE c.relnamespace = 'awa'::regnamespace AND c.relkind = 'r'
+           AND c.relname NOT IN ('substrate_info', 'ring_config')
+    LOOP
+        IF v_table = ANY (v_rotations) THEN
+            EXECUTE format(
+                'SELECT count(*) <> 1 OR bool_or((generation, slot) <> (0, 0)) FROM %s', v_table)
+               INTO v_dirty;
+        ELSE
+            EXECUTE format('SELECT EXISTS (SELECT FROM %s)', v_table) INTO v_dirty;
+        END IF;
+        IF v_dirty THEN
+            v_truncate := v_truncate || v_table;
+        END IF;
+    END LOOP;
+    IF cardinality(v_truncate) > 0 THEN
+        EXECUTE 'TRUNCATE ' || array_to_string(v_truncate, ', ');
+    END IF;
+    FOREACH v_table IN ARRAY v_rotations LOOP
+        IF v_table = ANY (v_truncate) THEN
+            EXECUTE format('INSERT INTO %s (generation, slot) VALUES (0, 0)', v_table);
+        END IF;
+    END LOOP;
 END
 $$
 """
@@ -82,13 +127,20 @@ def reset_queue_storage() -> None:
 
 @pytest.fixture
 def reset_awa(transactional_db):
-    """For transaction=True tests: leave empty queue storage behind."""
+    """For transaction=True tests: start on empty queue storage with the ring
+    cursors at genesis, and leave it so.  The reset before costs a scan of
+    empty tables; it makes the test independent of whatever ran before it on
+    this database (under xdist, any test of the suite)."""
+    reset_queue_storage()
     yield
     reset_queue_storage()
 
 
-def database_url() -> str:
-    """URL of the test database, for worker and manage.py subprocesses."""
+def database_url(name: str | None = None) -> str:
+    """URL of the test database (or of database ``name`` on the same server),
+    for worker and manage.py subprocesses.  The embedded server is reached
+    through its socket directory, ``?host=/path/to/.pgdata``: the database
+    name is never the URL's last path segment."""
     settings = connection.settings_dict
     host = settings.get("HOST") or ""
     query = ""
@@ -98,7 +150,7 @@ def database_url() -> str:
     password = f":{settings['PASSWORD']}" if settings.get("PASSWORD") else ""
     port = f":{settings['PORT']}" if settings.get("PORT") else ""
     user = settings.get("USER") or "postgres"
-    return f"postgres://{user}{password}@{host}{port}/{settings['NAME']}{query}"
+    return f"postgres://{user}{password}@{host}{port}/{name or settings['NAME']}{query}"
 
 
 def manage(

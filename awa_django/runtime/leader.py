@@ -198,13 +198,16 @@ class Leader(PeriodicService[bool]):
                 return True
         return False
 
-    async def _become(self, leads: bool) -> None:
+    async def _become(self, leads: bool, *, stopping: bool = False) -> None:
         if leads == self.is_leader:
             return
         self.is_leader = leads
         if leads:
             self.terms += 1
             log.info("runtime %s is now the maintenance leader", self.config.runtime_id)
+        elif stopping:
+            # A hand-over on the way out is routine: no warning to act on.
+            log.info("runtime %s released the maintenance lead", self.config.runtime_id)
         else:
             log.warning("runtime %s is no longer the maintenance leader", self.config.runtime_id)
         if self._on_change is None:
@@ -231,7 +234,7 @@ class Leader(PeriodicService[bool]):
         if self.is_leader and self._conn is not None and not self._conn.closed:
             with contextlib.suppress(psycopg.Error):
                 await AsyncRunner(self._conn)(store.release_lead())
-        await self._become(False)
+        await self._become(False, stopping=True)
         await self._close()
 
     async def _close(self) -> None:

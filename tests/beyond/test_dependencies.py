@@ -53,6 +53,14 @@ def state(ref) -> str:
     return ops.get_job(ref.id).state
 
 
+def registered(queue: str) -> int:
+    """How many worker runtimes serving ``queue`` have registered."""
+    with psycopg.connect(conninfo()) as conn:
+        return conn.execute(
+            "SELECT count(*) FROM awa.runtime_instances WHERE %s = ANY (queues)", [queue]
+        ).fetchone()[0]
+
+
 def open_edges() -> int:
     with connection.cursor() as cursor:
         cursor.execute(
@@ -163,6 +171,10 @@ def test_a_diamond_runs_in_order_across_two_worker_processes(queue, start_worker
         start_worker("--queue", f"{queue}:4", *WORKER_IMPORT, env=env),
     ]
     wait_for(lambda: state(d) in ("completed", "failed", "cancelled"), timeout=60)
+    # A worker registers once its SIGTERM handler is in place; on a loaded box
+    # the diamond can finish before the second one got that far (it then died
+    # of the signal, exit -15).
+    wait_for(lambda: registered(queue) == 2, timeout=60)
     for worker in workers:
         worker.terminate()
     for worker in workers:

@@ -256,7 +256,12 @@ def test_the_documented_urlconf_mounts_the_receiver():
     assert reverse("awa:healthz") == "/awa/healthz"
 
 
-@pytest.mark.parametrize("named", [str(uuid.uuid4()), "not-a-uuid", 7, None, ["x"]])
+@pytest.mark.parametrize(
+    "named",
+    [str(uuid.uuid4()), "not-a-uuid", 7, None, ["x"]],
+    # Stable ids: xdist workers must collect the same names.
+    ids=["another-uuid", "not-a-uuid", "int", "null", "list"],
+)
 def test_a_body_naming_another_callback_is_403(named):
     callback_id = uuid.uuid4()
     body = {"callback_id": named, "payload": 1}

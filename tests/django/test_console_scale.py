@@ -29,7 +29,7 @@ MAX_QUERIES = 12
 def scale_url(db):
     base = database_url()
     name = f"awa_scale_{uuid.uuid4().hex[:8]}"
-    url = base.rsplit("/", 1)[0] + "/" + name
+    url = database_url(name)
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
@@ -56,6 +56,7 @@ def probe(url: str, *args: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.heavy
 def test_console_pages_on_a_million_jobs(scale_url):
     filled = probe(scale_url, "fill", str(JOBS))
     report = probe(scale_url, "pages")

@@ -105,3 +105,24 @@ def test_help_explains_the_flags_with_examples(command, expected):
     text = " ".join(result.stdout.split())  # argparse wraps lines
     for fragment in expected:
         assert fragment in text, (fragment, text)
+
+
+def test_make_demo_on_a_fresh_database_prints_no_warning(db):
+    """``make demo``'s two commands on an empty database: ``migrate`` does not
+    warn about the migrations it is applying (W002), and the demo's worker
+    hands the maintenance lead back without a warning line."""
+    from tests.django.test_checks import throwaway_database
+
+    with throwaway_database() as url:
+        migrated = manage("migrate", "--verbosity", "0", database_url_override=url)
+        assert migrated.returncode == 0, migrated.stderr
+        assert migrated.stdout + migrated.stderr == "", migrated.stdout + migrated.stderr
+        # Nothing left pending that the check would report afterwards.
+        plan = manage("check", "--database", "default", database_url_override=url)
+        assert plan.returncode == 0 and "awa_django" not in plan.stderr, plan.stderr
+        demo = manage("demo", "--emails", "5", "--no-serve", database_url_override=url)
+    assert demo.returncode == 0, demo.stderr
+    assert "Queue counts" in demo.stdout, demo.stdout
+    output = demo.stdout + demo.stderr
+    for noise in ("warning", "WARNING", "leader", "Traceback"):
+        assert noise not in output, output

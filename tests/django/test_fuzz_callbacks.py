@@ -16,6 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import examples
+
 from .test_callback_views import (
     ACTIONS,
     SECRET,
@@ -29,7 +31,7 @@ from .test_callback_views import (
 )
 
 FUZZ = settings(
-    max_examples=150,
+    max_examples=examples(150),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -95,7 +97,7 @@ def test_signed_fuzzed_bodies_reach_validation_and_are_refused_cleanly(body, dep
 
 
 @given(signature=signatures, body=bodies, timestamp=timestamps)
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck))
 def _forged(signature, body, timestamp, callback_id, seen):
     genuine = signature_headers(callback_id, "complete", body)
     if signature is not None and signature == genuine["X-Awa-Signature"]:

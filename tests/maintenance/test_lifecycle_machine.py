@@ -35,7 +35,7 @@ from awa_django.storage import maintenance as maintenance_store
 from awa_django.storage.connection import conninfo
 from awa_django.storage.jobs import get_job
 from awa_django.storage.maintenance import PRUNE_OUTCOMES, ROTATE_OUTCOMES
-from tests.conftest import reset_queue_storage
+from tests.conftest import examples, reset_queue_storage
 from tests.factories import TEST_RUNTIME
 
 from .conftest import Store
@@ -283,7 +283,7 @@ class LifecycleMachine(RuleBasedStateMachine):
 def test_lifecycle_state_machine(reset_awa):
     runner = LifecycleMachine.TestCase
     runner.settings = settings(
-        max_examples=12,
+        max_examples=examples(12),
         stateful_step_count=30,
         deadline=None,
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

@@ -19,7 +19,7 @@ from awa_django.storage.status import hot_table_totals, table_stats
 
 from .test_recovery import FAST, _produce_and_drain
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.heavy]
 
 JOBS = int(os.environ.get("AWA_SOAK_JOBS", "50000"))
 

@@ -19,7 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from awa_django.records import ClaimedJob
 from awa_django.storage.connection import conninfo
 from awa_django.storage.maintenance import PRUNE_OUTCOMES, ROTATE_OUTCOMES
-from tests.conftest import reset_queue_storage
+from tests.conftest import examples, reset_queue_storage
 
 from .conftest import Store
 
@@ -126,7 +126,7 @@ class StorageMachine(RuleBasedStateMachine):
 def test_storage_state_machine(reset_awa):
     runner = StorageMachine.TestCase
     runner.settings = settings(
-        max_examples=25,
+        max_examples=examples(25),
         stateful_step_count=50,
         deadline=None,
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

@@ -34,13 +34,6 @@ def health(*args: str) -> tuple[int, str]:
     return 0, out.getvalue()
 
 
-def url_with_database(name: str) -> str:
-    """The test server's URL naming database ``name`` (the query string is
-    kept: the embedded server is reached through ``?host=<socket dir>``)."""
-    base, mark, query = database_url().partition("?")
-    return f"{base.rsplit('/', 1)[0]}/{name}{mark}{query}"
-
-
 @pytest.mark.django_db
 def test_a_ready_database_exits_0():
     code, out = health()
@@ -77,7 +70,7 @@ def test_an_unreachable_database_exits_1():
 
 @pytest.mark.django_db
 def test_a_database_the_server_does_not_have_exits_1():
-    result = manage("awa_health", database_url_override=url_with_database("awa_no_such_db"))
+    result = manage("awa_health", database_url_override=database_url("awa_no_such_db"))
     assert result.returncode == 1
     assert "database 'default': failed: OperationalError: " in result.stdout
     assert 'database "awa_no_such_db" does not exist' in result.stdout
@@ -90,7 +83,7 @@ def test_a_database_without_the_substrate_exits_1():
     with psycopg.connect(conninfo(), autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     try:
-        result = manage("awa_health", database_url_override=url_with_database(name))
+        result = manage("awa_health", database_url_override=database_url(name))
     finally:
         with psycopg.connect(conninfo(), autocommit=True) as conn:
             conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))

@@ -12,7 +12,8 @@ from awa_django.benchmark import telemetry
 from awa_django.observability.hooks import observers
 from awa_django.observability.otel import OtelObserver
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Asserts on time: one xdist process runs the "timing" modules in turn.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.xdist_group("timing")]
 
 
 @pytest.fixture(autouse=True)

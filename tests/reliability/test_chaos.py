@@ -32,7 +32,8 @@ from tests.reliability import report as report_
 from tests.reliability.chaos import ChaosRun, Scenario
 from tests.reliability.conftest import ThrowawayCluster, pg_bin_dir, run_as
 
-pytestmark = pytest.mark.chaos
+# One xdist worker runs every scenario: they share the module's cluster.
+pytestmark = [pytest.mark.chaos, pytest.mark.heavy, pytest.mark.xdist_group("chaos")]
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,8 @@ from awa_django.storage.connection import conninfo
 from awa_django.storage.enqueue import enqueue_many
 from tests.conftest import run_burst, worker_config
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Asserts on time: one xdist process runs the "timing" modules in turn.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.xdist_group("timing")]
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,8 @@ from testapp import jobs
 from awa_django import ops
 from awa_django.runtime.worker import startup_heap_frozen
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Asserts on time: one xdist process runs the "timing" modules in turn.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.xdist_group("timing")]
 
 
 @pytest.fixture(autouse=True)

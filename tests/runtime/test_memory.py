@@ -39,6 +39,7 @@ def live_contexts() -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_job_contexts_do_not_outlive_their_jobs(queue):
     call = jobs.noop_async.using(queue=queue)
     awa_django.enqueue_many([call.prepare() for _ in range(JOBS)])

@@ -11,7 +11,8 @@ from testapp.models import Execution
 from awa_django import InvalidJob, ops
 from awa_django.conf import parse_settings
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Asserts on time: one xdist process runs the "timing" modules in turn.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.xdist_group("timing")]
 
 RATE = 20.0  # jobs per second
 JOBS = 60

@@ -38,7 +38,8 @@ from awa_django.storage.enqueue import enqueue_one
 from tests.conftest import worker_config
 from tests.factories import JobFactory
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Asserts on time: one xdist process runs the "timing" modules in turn.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.xdist_group("timing")]
 
 
 @pytest.fixture(autouse=True)

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 import awa_django
 from awa_django import InvalidJob, ops
+from tests.conftest import examples
 
 from .test_enqueue import noop
 from .test_validation import row_counts
@@ -28,7 +29,7 @@ from .test_validation import row_counts
 pytestmark = pytest.mark.django_db
 
 FUZZ = settings(
-    max_examples=120,
+    max_examples=examples(120),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 import awa_django
 from awa_django import ops
+from tests.conftest import examples
 
 from .test_enqueue import noop
 
@@ -37,7 +38,9 @@ def same(a, b) -> bool:
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(60),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(
     args=st.lists(json_values, max_size=4),
