@@ -239,7 +239,7 @@ class JobCall(Generic[P, R]):
             on_dependency_failure=options.get("on_dependency_failure", self._on_dependency_failure),
         )
 
-    def prepare(self, *args: P.args, **kwargs: P.kwargs) -> PreparedJob:
+    def prepare(self, /, *args: P.args, **kwargs: P.kwargs) -> PreparedJob:
         """Validate and serialise one call; nothing is written."""
         run_at = self._run_at
         if self._run_in is not None:
@@ -285,7 +285,7 @@ class JobCall(Generic[P, R]):
         key = self._unique.key(self.job.kind, self._queue, args_json, kwargs_json)
         return key, self._unique.states
 
-    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueuedJob:
+    def enqueue(self, /, *args: P.args, **kwargs: P.kwargs) -> EnqueuedJob:
         """Validate and write the job in the caller's transaction."""
         from .storage import enqueue as storage_enqueue
         from .storage.base import run
@@ -301,7 +301,7 @@ class JobCall(Generic[P, R]):
         observers.enqueued([prepared], [ref.id])
         return ref
 
-    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueuedJob:
+    async def aenqueue(self, /, *args: P.args, **kwargs: P.kwargs) -> EnqueuedJob:
         """Async twin of :meth:`enqueue` (runs it in Django's sync thread)."""
         from asgiref.sync import sync_to_async
 
@@ -364,7 +364,7 @@ class Job(Generic[P, R]):
             raise InvalidJob(f"{self.qualname} has takes_context=True but accepts no arguments")
         functools.update_wrapper(self, func)
 
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+    def __call__(self, /, *args: P.args, **kwargs: P.kwargs) -> R:
         """Run the handler inline (no queue involved)."""
         return self.func(*args, **kwargs)
 
@@ -409,15 +409,15 @@ class Job(Generic[P, R]):
         """Per-call options: queue, priority, run_at, run_in, max_attempts, ..."""
         return self._call().using(**options)
 
-    def prepare(self, *args: P.args, **kwargs: P.kwargs) -> PreparedJob:
+    def prepare(self, /, *args: P.args, **kwargs: P.kwargs) -> PreparedJob:
         """Validate and serialise one call with the job's defaults; nothing is written."""
         return self._call().prepare(*args, **kwargs)
 
-    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueuedJob:
+    def enqueue(self, /, *args: P.args, **kwargs: P.kwargs) -> EnqueuedJob:
         """Validate and write one call in the caller's transaction."""
         return self._call().enqueue(*args, **kwargs)
 
-    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueuedJob:
+    async def aenqueue(self, /, *args: P.args, **kwargs: P.kwargs) -> EnqueuedJob:
         """Async twin of :meth:`enqueue`."""
         return await self._call().aenqueue(*args, **kwargs)
 

@@ -30,6 +30,10 @@ from .records import JOB_STATES
 #: in which it will still run, or is running.
 LIVE_STATES = ("scheduled", "available", "running", "waiting_external", "retryable")
 
+#: The shortest ``by_period`` window: a millisecond.  Below it the window
+#: number (now / period) stops being a finite integer for tiny periods.
+MIN_PERIOD_SECONDS = 0.001
+
 
 @dataclass(frozen=True)
 class Unique:
@@ -60,11 +64,11 @@ class Unique:
             if (
                 not isinstance(period, int | float)
                 or isinstance(period, bool)
-                or not 0 < period <= MAX_DELAY_SECONDS  # NaN fails this too
+                or not MIN_PERIOD_SECONDS <= period <= MAX_DELAY_SECONDS  # NaN fails too
             ):
                 raise InvalidJob(
-                    "Unique.by_period must be a positive number of seconds (at most 100 "
-                    f"years), got {self.by_period!r:.60}"
+                    "Unique.by_period must be a number of seconds from 0.001 to 100 years, "
+                    f"got {self.by_period!r:.60}"
                 )
             object.__setattr__(self, "by_period", float(period))
         given = cast(Any, self.states)  # a lone string is one state, not its letters

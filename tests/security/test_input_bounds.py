@@ -10,6 +10,8 @@ answered 500.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.db import connection
 from django.urls import reverse
@@ -19,6 +21,7 @@ from awa_django import InvalidJob, Unique, UniqueConflict, enqueue_many, ops
 from awa_django.payload import MAX_ORDERING_KEY_LENGTH, MAX_TAG_LENGTH, MAX_TAGS
 from tests.django.conftest import console_user
 from tests.factories import JobFactory
+from tests.storage.test_enqueue import noop as keywords
 
 pytestmark = pytest.mark.django_db
 
@@ -90,6 +93,23 @@ def test_unique_jobs_with_valid_text_still_conflict(queue):
     unique.enqueue("é")  # type: ignore[arg-type]
     with pytest.raises(UniqueConflict):
         unique.enqueue("e\u0301")  # type: ignore[arg-type]  # the same text, NFD
+
+
+@pytest.mark.parametrize("period", [5e-324, 2.2250738585e-313, 1e-9, 0.0009])
+def test_a_unique_period_too_short_for_a_window_number_is_invalid_job(period):
+    # Found by the enqueue fuzz: now / 1e-313 is infinity, and the key's
+    # window number raised OverflowError at enqueue.
+    with pytest.raises(InvalidJob, match="by_period"):
+        Unique(by_period=period)
+    assert Unique(by_period=0.001).key("k", "q", "[]", "{}", now=1.8e9)
+
+
+def test_a_keyword_argument_named_self_is_an_argument_like_any_other(queue):
+    # Found by the enqueue fuzz: enqueue(self=...) raised TypeError ("multiple
+    # values for argument 'self'") before the job's own signature was asked.
+    ref = keywords.using(queue=queue).enqueue(self=1, args=2)
+    assert ops.get_job(ref.id).kwargs == {"self": 1, "args": 2}
+    assert json.loads(keywords.using(queue=queue).prepare(self=3).kwargs_json) == {"self": 3}
 
 
 @pytest.fixture
