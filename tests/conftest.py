@@ -16,6 +16,7 @@ import time
 import uuid
 from pathlib import Path
 
+import hypothesis
 import psycopg
 import pytest
 from django.db import connection
@@ -33,6 +34,15 @@ ROOT = Path(__file__).resolve().parent.parent
 #: other value, runs everything at full size, as ``make test`` does; CI runs
 #: the heavy tests in one leg only (.ci/run).
 HEAVY = os.environ.get("AWA_HEAVY_TESTS", "") != "0"
+
+
+# Under CI (CI=true) Hypothesis draws the same examples on every run, so a
+# run's verdict never depends on a lucky draw and a red run reproduces; on a
+# contributor's machine it explores new examples each time (and the fuzz
+# tests have found real bugs that way: pin each one as a plain test).
+hypothesis.settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
+    hypothesis.settings.load_profile("ci")
 
 
 def examples(full: int) -> int:
