@@ -565,11 +565,13 @@ def _role(
     horizon: dict[str, Any] | None,
     rings: dict[str, dict[str, Any]],
 ) -> list[Finding]:
-    """D007: prune refuses to truncate for a role that cannot read the horizon.
+    """D007: who cannot read other sessions' transactions.
 
-    Reported for the maintenance leader's role (it refuses now, or its last
-    prune of some ring was refused) and, failing that, for the role the
-    doctor runs as (a leader running as it would refuse).
+    Prune's horizon gate (``awa.horizon_pinned``, SECURITY DEFINER) reads
+    them as its owner, whatever role prunes: an error when that owner cannot
+    (prune refuses, or its last prune of some ring was refused).  Failing
+    that, a warning when the role the doctor runs as cannot: only this
+    report is blind to them (D001).
     """
     refused = [
         ring
@@ -577,76 +579,54 @@ def _role(
         if (rings.get(ring, {}).get("prune") or {}).get("outcome")
         == maintenance_store.HORIZON_UNREADABLE
     ]
-    leader = horizon["leader_role"] if horizon else None
-    leader_blind = leader is not None and horizon is not None and not horizon["leader_readable"]
+    reader = horizon["role"] if horizon else None
+    reader_blind = reader is not None and horizon is not None and not horizon["readable"]
     evidence = {
         **visibility,
-        "leader_role": leader,
+        "horizon_reader": reader,
+        "leader_role": horizon["leader_role"] if horizon else None,
         "leader_reads_horizon": None if horizon is None else horizon["leader_readable"],
         "refused_rings": refused,
     }
-    why = (
-        "Before it truncates a ring slot, prune checks that no transaction older than the "
-        "slot still has a snapshot (pg_stat_activity.xact_start). For other roles' sessions "
-        "PostgreSQL shows that column as NULL unless the role is a superuser or may read all "
-        "statistics, so prune cannot tell; rather than truncate rows a report or an admin "
-        "page of another role may still be reading, it refuses (outcome "
-        "horizon_unreadable) and the rings stop reclaiming space."
-    )
-    if leader_blind or refused:
-        role = leader if leader_blind else "<the workers' role>"
-        who = (
-            f"the maintenance leader's role {leader!r}"
-            if leader_blind
-            else "the role the maintenance leader ran as"
-        )
+    if reader_blind or refused:
+        role = reader or "<the owner of schema awa>"
         return [
             Finding(
                 "awa.D007",
                 "error",
-                f"prune refuses to truncate ring slots: {who} cannot read other sessions' "
-                f"transactions (no pg_read_all_stats)"
+                f"prune refuses to truncate ring slots: its horizon check runs as {role!r} "
+                "(the owner of awa.horizon_pinned), which cannot read other sessions' "
+                "transactions (no pg_read_all_stats)"
                 + (f"; refused on the {', '.join(refused)} ring(s)" if refused else ""),
                 evidence,
-                f"{why} As a superuser: GRANT pg_read_all_stats TO {role}; (manage.py "
-                "awa_roles grants it to the worker role).",
+                "Before it truncates a ring slot, prune checks that no transaction older than "
+                "the slot still has a snapshot (pg_stat_activity.xact_start), through "
+                "awa.horizon_pinned, a SECURITY DEFINER function that reads it as its owner. "
+                "PostgreSQL shows that column as NULL for other roles' sessions unless the "
+                "reading role is a superuser or may read all statistics, so prune cannot tell; "
+                "rather than truncate rows another session may still be reading, it refuses "
+                "(outcome horizon_unreadable) and the rings stop reclaiming space. As a "
+                f"superuser: GRANT pg_read_all_stats TO {role}; (manage.py awa_roles grants it "
+                "to the owner role; the worker role needs no such membership).",
             )
         ]
     if visibility["superuser"] or visibility["pg_read_all_stats"]:
         return []
-    hidden = visibility["hidden_sessions"]
     role = visibility["role"]
-    if leader is not None:
-        # The leader reads the horizon: only this report is blind.
-        return [
-            Finding(
-                "awa.D007",
-                "warning",
-                f"role {role!r} cannot read other roles' sessions (no pg_read_all_stats): the "
-                "doctor misses their transactions (D001); the leader's role "
-                f"{leader!r} reads them and prunes",
-                evidence,
-                f"Run the doctor as a role that may read all statistics (the worker role of "
-                f"manage.py awa_roles), or as a superuser: GRANT pg_read_all_stats TO {role};",
-            )
-        ]
-    title = (
-        f"role {role!r} cannot read the activity of {hidden} session(s) of other roles "
-        f"({', '.join(visibility['hidden_roles'])}): a maintenance leader running as it "
-        "refuses to prune"
-        if hidden
-        else f"role {role!r} cannot read other roles' sessions (no pg_read_all_stats): a "
-        "maintenance leader running as it refuses to prune"
-    )
+    hidden = visibility["hidden_sessions"]
     return [
         Finding(
             "awa.D007",
-            "error" if hidden else "warning",
-            title,
+            "warning",
+            f"role {role!r} cannot read the activity of {hidden} session(s) of other roles "
+            f"({', '.join(visibility['hidden_roles'])}): the doctor misses their transactions "
+            "(D001); prune is not affected (it reads them as the owner of schema awa)"
+            if hidden
+            else f"role {role!r} cannot read other roles' sessions (no pg_read_all_stats): the "
+            "doctor would miss their transactions (D001); prune is not affected",
             evidence,
-            f"{why} If the workers run as this role, as a superuser: GRANT pg_read_all_stats "
-            f"TO {role}; (or run them as a role that has it, such as the worker role of "
-            "manage.py awa_roles).",
+            "Run the doctor as a role that may read all statistics (the owner role of "
+            f"manage.py awa_roles), or as a superuser: GRANT pg_read_all_stats TO {role};",
         )
     ]
 

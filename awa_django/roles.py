@@ -5,15 +5,17 @@ Three NOLOGIN group roles, each with what its processes need and no more:
 ``owner``
     Owns schema ``awa`` and everything in it; runs ``manage.py migrate``.
     Gets CONNECT and CREATE on the database (``CREATE SCHEMA IF NOT
-    EXISTS`` checks CREATE before it looks).
+    EXISTS`` checks CREATE before it looks), and membership in
+    ``pg_read_all_stats``: prune's horizon gate (``awa.horizon_pinned``,
+    SECURITY DEFINER) reads every session's transaction as the owner.
 ``worker``
     Runs ``awa_worker`` / ``awa_maintenance``: every row privilege on every
-    table including TRUNCATE (prune empties ring slots with it, which needs
-    the privilege, not ownership), every function, membership in
-    ``pg_read_all_stats`` (prune must see every session's transaction, see
-    ``sql/schema/roles.sql``).  No superuser, no CREATE: the ring partitions a
-    leader adds are created by ``awa.ensure_ring_partitions``, which runs as
-    the owner.
+    table, TRUNCATE on the ring partitions only (prune empties ring slots
+    with it, which needs the privilege, not ownership), every function; no
+    ``pg_read_all_stats`` (job code runs as this role and must not read other
+    sessions' queries; see ``sql/schema/roles.sql``).  No superuser, no
+    CREATE: the ring partitions a leader adds are created by
+    ``awa.ensure_ring_partitions``, which runs as the owner.
 ``web``
     The web app: enqueue, reads, operator actions (the console and the
     admin run them): SELECT, INSERT, UPDATE, DELETE, never TRUNCATE, no
@@ -98,8 +100,9 @@ def role_script(plan: RolePlan) -> str:
         "-- awa_django roles (manage.py awa_roles --print-sql).",
         "-- Run as a superuser in the database that holds schema awa: once before the",
         "-- first migrate, and again after every migrate. Every statement is idempotent.",
-        f"--   owner   {plan.owner}: owns schema awa, runs the migrations",
-        f"--   worker  {plan.worker}: runs jobs and maintenance, member of pg_read_all_stats",
+        f"--   owner   {plan.owner}: owns schema awa, runs the migrations, member of "
+        "pg_read_all_stats",
+        f"--   worker  {plan.worker}: runs jobs and maintenance, TRUNCATE on ring partitions only",
         f"--   web     {plan.web}: enqueues, reads, operator actions; no TRUNCATE, DDL or "
         "maintenance",
     ]

@@ -61,8 +61,9 @@ log = logging.getLogger("awa_django.maintenance")
 class HorizonNotice:
     """Says once per leader term why prune refuses to truncate.
 
-    Prune truncates nothing when the leader's role cannot read other
-    sessions' transactions in ``pg_stat_activity`` (outcome
+    Prune truncates nothing when its horizon check (``awa.horizon_pinned``,
+    which runs as the owner of schema awa) cannot read other sessions'
+    transactions in ``pg_stat_activity`` (outcome
     ``horizon_unreadable``, see ``sql/schema/maintenance.sql``).  Every ring hits it on
     every tick; one WARNING per term, with the fix, is enough.  The ring
     tasks of a term share one instance.
@@ -77,8 +78,9 @@ class HorizonNotice:
         self.warned = True
         role = (await run(store.prune_horizon()))["role"]
         log.warning(
-            "prune refused on the %s ring (and will be on every ring this term): role %r "
-            "cannot read other sessions' transactions in pg_stat_activity, so it cannot "
+            "prune refused on the %s ring (and will be on every ring this term): its horizon "
+            "check runs as role %r (the owner of awa.horizon_pinned), which cannot read other "
+            "sessions' transactions in pg_stat_activity, so it cannot "
             "prove that no snapshot still reads a sealed slot, and the rings stop "
             "reclaiming space. Fix, as a superuser: GRANT pg_read_all_stats TO %s;",
             ring,

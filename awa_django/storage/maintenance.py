@@ -94,9 +94,11 @@ def prune(
 
 @operation
 def prune_horizon() -> Steps[dict[str, Any]]:
-    """Whether prune can read every session's transaction horizon: as this
-    session's role (``role``, ``readable``) and as the maintenance leader's
-    (``leader_role``, ``leader_readable``; None when no process leads)."""
+    """Whether prune can read every session's transaction horizon.  Its gate
+    (``awa.horizon_pinned``, SECURITY DEFINER) reads ``pg_stat_activity`` as
+    its owner, whatever role prunes: ``role`` is that owner and ``readable``
+    whether it sees every session; ``leader_role`` and ``leader_readable``
+    are the same two while a process leads (None when none does)."""
     role, readable, leader_role, leader_readable = (
         yield Execute.named("maintenance", "prune_horizon", [LEADER_LOCK_KEY])
     )[0]

@@ -384,11 +384,11 @@ def test_a_role_that_cannot_read_other_sessions_is_reported(blind_role):
     url = as_role(database_url(), role)
     # The admin session (another role) is open in this database meanwhile.
     result = manage("awa_doctor", "--json", database_url_override=url)
-    assert result.returncode == 1, result.stderr
     findings = {f["code"]: f for f in json.loads(result.stdout)["findings"]}
     assert "awa.D099" not in findings, findings["awa.D099"]
     found = findings["awa.D007"]
-    assert found["severity"] == "error"
+    # Only the doctor is blind: prune reads the horizon as the owner of schema awa.
+    assert found["severity"] == "warning" and "prune is not affected" in found["title"]
     assert found["evidence"]["role"] == role and found["evidence"]["hidden_sessions"] >= 1
     assert admin.info.user in found["evidence"]["hidden_roles"]
     assert f"GRANT pg_read_all_stats TO {role}" in found["fix"]

@@ -6,7 +6,7 @@ it.  The web app enqueues and reads as the web login role (a real Django
 process), a real ``awa_worker --burst`` drains and maintains as the worker
 login role, and the web role is refused everything that is not its job.
 The prune-horizon tests take ``pg_read_all_stats`` from this module's own
-worker role and give it back.
+owner role (prune's horizon check runs as it) and give it back.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import subprocess
 import sys
 import uuid
 
+import psycopg
 import pytest
 from psycopg import errors, sql
 from testapp.jobs import plain
@@ -54,7 +55,7 @@ def test_the_owner_owns_schema_awa_and_everything_in_it(deployment: Deployment):
         assert migrated == (deployment.owner,)  # the owner's login acts as the owner
 
 
-def test_no_role_is_a_superuser_and_the_worker_reads_all_stats(deployment: Deployment):
+def test_no_role_is_a_superuser_and_only_the_owner_reads_all_stats(deployment: Deployment):
     with deployment.connect() as conn:
         rows = conn.execute(
             "SELECT rolname, rolsuper, rolcreaterole, rolcreatedb, rolcanlogin,"
@@ -70,7 +71,7 @@ def test_no_role_is_a_superuser_and_the_worker_reads_all_stats(deployment: Deplo
     for name, (superuser, createrole, createdb, login, read_all_stats) in found.items():
         assert not (superuser or createrole or createdb), name
         assert login == name.endswith("_login"), name
-        assert read_all_stats == (name in (deployment.worker, deployment.worker_login)), name
+        assert read_all_stats == (name in (deployment.owner, deployment.owner_login)), name
     # --password-env: a SCRAM verifier, never the password itself.
     assert password.startswith("SCRAM-SHA-256$") and WEB_PASSWORD not in password
 
@@ -106,6 +107,7 @@ FORBIDDEN = {
         "SELECT awa.prune_ring_unchecked('queue', 10, interval '1 hour')"
     ),
     "create partitions": "SELECT awa.ensure_ring_partitions('queue', 32)",
+    "ask the prune horizon": "SELECT awa.horizon_pinned(now())",
     "rescue": "SELECT awa.rescue('stale_heartbeat', interval '1 s', true, '{}', '{}', 10)",
     "rescue without the first look": (
         "SELECT awa.rescue_unchecked('stale_heartbeat', interval '1 s', true, '{}', '{}', 10)"
@@ -196,12 +198,12 @@ def test_a_burst_worker_drains_and_maintains_as_the_worker_role(deployment: Depl
 
 
 def _without_read_all_stats(deployment: Deployment):
-    grant = sql.SQL("GRANT pg_read_all_stats TO {}").format(sql.Identifier(deployment.worker))
-    revoke = sql.SQL("REVOKE pg_read_all_stats FROM {}").format(sql.Identifier(deployment.worker))
+    grant = sql.SQL("GRANT pg_read_all_stats TO {}").format(sql.Identifier(deployment.owner))
+    revoke = sql.SQL("REVOKE pg_read_all_stats FROM {}").format(sql.Identifier(deployment.owner))
     return grant, revoke
 
 
-def test_a_worker_role_that_cannot_read_the_horizon_refuses_to_prune_and_says_why(
+def test_an_owner_that_cannot_read_the_horizon_makes_prune_refuse_and_say_why(
     deployment: Deployment, caplog
 ):
     grant, revoke = _without_read_all_stats(deployment)
@@ -232,7 +234,7 @@ def test_a_worker_role_that_cannot_read_the_horizon_refuses_to_prune_and_says_wh
         finally:
             admin.execute(grant)
 
-    role = deployment.worker_login
+    role = deployment.owner  # awa.horizon_pinned reads pg_stat_activity as its owner
     fix = f"GRANT pg_read_all_stats TO {role}"
     for results in refused:
         assert {results[f"{ring}_ring"]["prune"] for ring in RINGS} == {"horizon_unreadable"}
@@ -255,7 +257,7 @@ def test_a_worker_role_that_cannot_read_the_horizon_refuses_to_prune_and_says_wh
     assert found["evidence"]["refused_rings"] == list(RINGS)
 
 
-def test_with_pg_read_all_stats_the_worker_role_truncates_ring_slots(deployment: Deployment):
+def test_the_worker_role_truncates_ring_slots_without_pg_read_all_stats(deployment: Deployment):
     queue = f"prune-{uuid.uuid4().hex[:8]}"
     with (
         deployment.connect(deployment.web_login) as web,
@@ -274,7 +276,81 @@ def test_with_pg_read_all_stats_the_worker_role_truncates_ring_slots(deployment:
         horizon = store(maintenance.prune_horizon())
     assert "pruned" in outcomes, outcomes
     assert "horizon_unreadable" not in outcomes
-    assert horizon["role"] == deployment.worker_login and horizon["readable"] is True
+    assert horizon["role"] == deployment.owner and horizon["readable"] is True
+
+
+RING_PARENTS = {
+    "ready_entries", "ready_segments", "ready_tombstones", "done_entries",
+    "receipt_completion_batches", "lease_claim_batches", "lease_claim_closures",
+    "lease_claim_closure_batches", "leases",
+}  # fmt: skip
+
+
+def test_the_worker_role_truncates_ring_partitions_and_nothing_else(deployment: Deployment):
+    with deployment.connect() as conn:
+        rows = conn.execute(
+            "SELECT c.relname, p.relname, has_table_privilege(%s, c.oid, 'TRUNCATE')"
+            "  FROM pg_class c"
+            "  LEFT JOIN pg_inherits i ON i.inhrelid = c.oid"
+            "  LEFT JOIN pg_class p ON p.oid = i.inhparent"
+            " WHERE c.relnamespace = 'awa'::regnamespace AND c.relkind IN ('r', 'p')",
+            [deployment.worker_login],
+        ).fetchall()
+    truncatable = {name for name, _, may in rows if may}
+    partitions = {name for name, parent, _ in rows if parent in RING_PARENTS}
+    assert truncatable == partitions and "ready_entries_0" in partitions
+    for statement in (
+        "TRUNCATE awa.dlq_entries",
+        "TRUNCATE awa.deferred_jobs",
+        "TRUNCATE awa.queue_meta",
+        "TRUNCATE awa.ready_entries",  # a ring parent: it would empty every slot
+    ):
+        with deployment.connect(deployment.worker_login) as worker:
+            with pytest.raises(errors.InsufficientPrivilege, match="permission denied"):
+                with worker.transaction():
+                    worker.execute(statement)
+
+
+def test_the_worker_role_reads_no_other_sessions_query(deployment: Deployment):
+    marker = f"awa-secret-{uuid.uuid4().hex}"
+    with (
+        deployment.connect(deployment.web_login) as web,
+        deployment.connect(deployment.worker_login) as worker,
+    ):
+        web.execute(sql.SQL("SELECT {}").format(sql.Literal(marker)))
+        pid = web.info.backend_pid
+        member, query = worker.execute(
+            "SELECT pg_has_role(current_user, 'pg_read_all_stats', 'USAGE'),"
+            "       (SELECT query FROM pg_stat_activity WHERE pid = %s)",
+            [pid],
+        ).fetchone()
+    assert member is False
+    assert marker not in (query or "") and query == "<insufficient privilege>"
+
+
+def test_the_prune_gate_sees_older_transactions_for_the_worker_role(deployment: Deployment):
+    # The worker cannot read other roles' xact_start itself; the gate asks
+    # awa.horizon_pinned, which reads it as the owner.
+    with (
+        deployment.connect(deployment.web_login) as web,
+        deployment.connect(deployment.worker_login) as worker,
+    ):
+        web.autocommit = False
+        web.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        web.execute("SELECT count(*) FROM awa.queue_meta")  # holds a snapshot
+        pinned = worker.execute(
+            "SELECT awa.ring_slot_pinned(clock_timestamp()),"
+            "       awa.ring_slot_busy('queue', 0, clock_timestamp()),"
+            "       (SELECT xact_start FROM pg_stat_activity WHERE pid = %s)",
+            [web.info.backend_pid],
+        ).fetchone()
+        web.commit()
+        released = worker.execute(
+            "SELECT awa.ring_slot_pinned(clock_timestamp()),"
+            "       awa.ring_slot_busy('queue', 0, clock_timestamp())"
+        ).fetchone()
+    assert pinned == (True, "pinned by an older transaction", None)
+    assert released[0] is False and released[1] != "pinned by an older transaction"
 
 
 _CALL = re.compile(r"\bawa\.([a-z_][a-z0-9_]*)\s*\(")

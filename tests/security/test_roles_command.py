@@ -33,7 +33,7 @@ def test_the_script_names_every_role_and_is_the_same_every_time():
         'CREATE ROLE "shop_web" NOLOGIN',
         'GRANT "awa_worker" TO "shop_worker_1"',
         "ALTER ROLE \"shop_mig\" SET role = 'awa_owner'",
-        'GRANT pg_read_all_stats TO "awa_worker"',
+        'GRANT pg_read_all_stats TO "awa_owner"',
         'CREATE SCHEMA IF NOT EXISTS awa AUTHORIZATION "awa_owner"',
         'GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO "shop_web"',
         "PERFORM awa.grant_roles('awa_owner', 'awa_worker', 'shop_web')",

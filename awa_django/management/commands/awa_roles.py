@@ -40,8 +40,9 @@ def _login(value: str) -> tuple[str, str]:
 class Command(BaseCommand):
     help = (
         "Create the least-privilege roles: an owner that owns schema awa and runs the "
-        "migrations, a worker role (no superuser; pg_read_all_stats so prune can see every "
-        "session's transaction) and a web role that enqueues and reads but cannot run "
+        "migrations (pg_read_all_stats, so prune's horizon gate, which runs as the owner, sees "
+        "every session's transaction), a worker role (no superuser; TRUNCATE on ring "
+        "partitions only) and a web role that enqueues and reads but cannot run "
         "maintenance, DDL or TRUNCATE. Idempotent: run it before the first migrate and again "
         "after every migrate. Example: manage.py awa_roles --login web=shop_web "
         "--login worker=shop_worker --print-sql"

@@ -25,27 +25,23 @@ def _rate(value: list[float] | None) -> str:
 
 def _prune_horizon(horizon: dict[str, Any]) -> str:
     """Whether prune may truncate at all, and the fix when it may not."""
-    leader, refused = horizon["leader_role"], horizon["refused_rings"]
-    if leader is not None and not horizon["leader_readable"]:
+    reader, refused = horizon["role"], horizon["refused_rings"]
+    fix = f"Fix, as a superuser: GRANT pg_read_all_stats TO {reader};"
+    if not horizon["readable"]:
         return (
-            f"Prune: REFUSED -- the leader's role {leader!r} cannot read other sessions' "
-            "transactions (pg_stat_activity), so prune truncates nothing and the rings stop "
-            f"reclaiming space. Fix, as a superuser: GRANT pg_read_all_stats TO {leader};"
+            f"Prune: REFUSED -- its horizon check runs as {reader!r} (the owner of "
+            "awa.horizon_pinned), which cannot read other sessions' transactions "
+            "(pg_stat_activity), so prune truncates nothing and the rings stop reclaiming "
+            f"space. {fix}"
         )
     if refused:
         return (
-            f"Prune: the last prune of the {', '.join(refused)} ring(s) was refused: the "
-            "leader's role could not read other sessions' transactions (pg_stat_activity). "
-            "Fix, as a superuser: GRANT pg_read_all_stats TO <the workers' role>;"
+            f"Prune: the last prune of the {', '.join(refused)} ring(s) was refused: its "
+            "horizon check could not read other sessions' transactions (pg_stat_activity); "
+            f"{reader!r} reads them now, so the next prune should not be."
         )
-    if leader is not None:
-        return f"Prune: allowed (the leader's role {leader!r} reads the transaction horizon)"
-    if not horizon["readable"]:
-        return (
-            f"Prune: a leader running as {horizon['role']!r} would refuse to prune (no "
-            f"pg_read_all_stats); GRANT pg_read_all_stats TO {horizon['role']}; if the workers "
-            "run as this role"
-        )
+    if horizon["leader_role"] is not None:
+        return f"Prune: allowed (its horizon check runs as {reader!r}, which reads every session)"
     return "Prune: no leader now"
 
 

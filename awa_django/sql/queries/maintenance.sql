@@ -41,11 +41,15 @@ SELECT awa.rotate_ring(%s)
 SELECT awa.prune_ring(%s, %s, make_interval(secs => %s))
 
 -- name: prune_horizon
--- Whether prune can read every session's transaction horizon (a superuser
--- or pg_read_all_stats), as this session's role and as the role of the
--- maintenance leader's session (NULLs when no process leads).
-SELECT current_user::text, awa.horizon_readable(current_user),
-       a.usename::text, awa.horizon_readable(a.usename)
+-- Whether prune can read every session's transaction horizon: the role its
+-- gate reads pg_stat_activity as (awa.horizon_reader, the owner of the
+-- SECURITY DEFINER awa.horizon_pinned) and whether that role is a superuser
+-- or has pg_read_all_stats; then the same two for the maintenance leader's
+-- prunes (NULLs when no process leads).  The gate does not depend on the
+-- role a session runs as.
+SELECT awa.horizon_reader()::text, awa.horizon_readable(awa.horizon_reader()),
+       CASE WHEN a.pid IS NOT NULL THEN awa.horizon_reader()::text END,
+       CASE WHEN a.pid IS NOT NULL THEN awa.horizon_readable(awa.horizon_reader()) END
   FROM (SELECT 1) AS one
   LEFT JOIN (pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid)
     ON l.locktype = 'advisory' AND l.granted

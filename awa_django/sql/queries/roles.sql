@@ -34,8 +34,19 @@ GRANT {group} TO {role}
 ALTER ROLE {role} SET role = {owner_name}
 
 -- name: read_all_stats
--- Prune reads other sessions' transactions in pg_stat_activity.
-GRANT pg_read_all_stats TO {worker}
+-- Prune's horizon gate (awa.horizon_pinned, SECURITY DEFINER) reads other
+-- sessions' transactions in pg_stat_activity as the owner; the worker, which
+-- runs job code, does not read them (an older awa_roles made it a member).
+DO $awa$
+BEGIN
+    GRANT pg_read_all_stats TO {owner};
+    IF EXISTS (SELECT FROM pg_catalog.pg_auth_members m
+                WHERE m.roleid = 'pg_read_all_stats'::regrole
+                  AND m.member = pg_catalog.to_regrole({worker_name})) THEN
+        REVOKE pg_read_all_stats FROM {worker};
+    END IF;
+END
+$awa$
 
 -- name: database_privileges
 -- The database this runs in: the three roles connect, the owner creates
@@ -74,6 +85,8 @@ DO $awa$
 BEGIN
     ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA awa
         GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON TABLES TO {worker};
+    -- TRUNCATE stays on the ring partitions only: the migration that creates
+    -- the other tables takes it back (awa.restrict_maintenance).
     ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA awa
         GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO {web};
     ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA awa

@@ -30,9 +30,13 @@
 --
 -- The horizon.  PostgreSQL hides other roles' xact_start from a role that
 -- lacks pg_read_all_stats, and the gate would read "no old transaction".
--- awa.prune_ring therefore first checks that its role can read the horizon
--- and otherwise truncates nothing ('horizon_unreadable');
--- awa.prune_ring_unchecked is the prune itself.
+-- The gate asks awa.horizon_pinned, SECURITY DEFINER: it reads
+-- pg_stat_activity as its owner (the owner of schema awa) and answers one
+-- boolean, so the worker role needs no pg_read_all_stats and job code
+-- cannot read other sessions' queries.  awa.prune_ring first checks that
+-- this owner (awa.horizon_reader()) can read the horizon and otherwise
+-- truncates nothing ('horizon_unreadable'); awa.prune_ring_unchecked is
+-- the prune itself.
 --
 -- Rescue closes attempts whose worker is gone (stale heartbeat), whose
 -- deadline passed, or whose callback timed out, through the same closes
@@ -159,6 +163,27 @@ BEGIN
 END
 $$;
 
+-- Prune's horizon question, and nothing more: is a transaction that began
+-- before p_before still holding a snapshot in another client session of
+-- this database?  SECURITY DEFINER so the maintainers need no
+-- pg_read_all_stats: it reads pg_stat_activity as its owner, which must be
+-- a superuser or have the privileges of pg_read_all_stats
+-- (awa.horizon_reader, awa.horizon_readable; prune refuses otherwise).
+-- Only maintainers may run it (roles.sql).  The cached activity snapshot is
+-- dropped first, so every call sees sessions as they are now.
+CREATE OR REPLACE FUNCTION awa.horizon_pinned(p_before timestamptz) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM pg_catalog.pg_stat_clear_snapshot();
+    RETURN EXISTS (
+        SELECT 1 FROM pg_catalog.pg_stat_activity a
+         WHERE a.datname = pg_catalog.current_database()
+           AND a.pid <> pg_catalog.pg_backend_pid()
+           AND a.backend_type = 'client backend'
+           AND a.backend_xmin IS NOT NULL AND a.xact_start < p_before);
+END
+$$;
+
 CREATE OR REPLACE FUNCTION awa.ring_slot_busy(p_ring text, p_slot integer, p_sealed_at timestamptz)
 RETURNS text
 LANGUAGE plpgsql STABLE AS $$
@@ -167,12 +192,7 @@ DECLARE
 BEGIN
     -- A transaction that began before the slot was sealed may still read it,
     -- and TRUNCATE is not MVCC-safe: wait for such a transaction to end.
-    IF EXISTS (
-        SELECT 1 FROM pg_stat_activity a
-         WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
-           AND a.backend_type = 'client backend'
-           AND a.backend_xmin IS NOT NULL AND a.xact_start < p_sealed_at
-    ) THEN
+    IF awa.horizon_pinned(p_sealed_at) THEN
         RETURN 'pinned by an older transaction';
     END IF;
     IF p_ring = 'queue' THEN
@@ -509,12 +529,7 @@ $$;
 CREATE OR REPLACE FUNCTION awa.ring_slot_pinned(p_sealed_at timestamptz) RETURNS boolean
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
-    PERFORM pg_stat_clear_snapshot();
-    RETURN EXISTS (
-        SELECT 1 FROM pg_stat_activity a
-         WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
-           AND a.backend_type = 'client backend'
-           AND a.backend_xmin IS NOT NULL AND a.xact_start < p_sealed_at);
+    RETURN awa.horizon_pinned(p_sealed_at);
 END
 $$;
 
@@ -638,6 +653,13 @@ BEGIN
 END
 $$;
 
+-- The role awa.horizon_pinned reads pg_stat_activity as: its owner.
+CREATE OR REPLACE FUNCTION awa.horizon_reader() RETURNS name
+LANGUAGE sql STABLE AS $$
+    SELECT pg_catalog.pg_get_userbyid(p.proowner) FROM pg_catalog.pg_proc p
+     WHERE p.pronamespace = 'awa'::pg_catalog.regnamespace AND p.proname = 'horizon_pinned'
+$$;
+
 -- Whether p_role sees every session's transaction in pg_stat_activity:
 -- superusers and roles with the privileges of pg_read_all_stats (directly
 -- or through pg_monitor) do.  NULL for a NULL role.
@@ -758,7 +780,8 @@ BEGIN
 END
 $$;
 
--- Prune, once the role is known to read the horizon (see the header).
+-- Prune, once awa.horizon_pinned is known to read the horizon (see the
+-- header).
 CREATE OR REPLACE FUNCTION awa.prune_ring(
     p_ring text, p_lock_timeout_ms integer, p_failed_retention interval)
 RETURNS text
@@ -766,7 +789,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_target integer;
 BEGIN
-    IF awa.horizon_readable(current_user) THEN
+    IF awa.horizon_readable(awa.horizon_reader()) THEN
         RETURN awa.prune_ring_unchecked(p_ring, p_lock_timeout_ms, p_failed_retention);
     END IF;
     SELECT (c.slot + 1) % r.slot_count INTO v_target

@@ -2,12 +2,19 @@
 --
 -- Three roles (made by manage.py awa_roles, see docs/howto/roles.md): the
 -- owner owns schema awa and runs the migrations; the worker runs jobs and
--- maintenance (every row privilege, TRUNCATE included, no CREATE); the web
--- role enqueues, reads and runs operator actions (never TRUNCATE, no
--- maintenance).
+-- maintenance (every row privilege, TRUNCATE on the ring partitions only,
+-- no CREATE); the web role enqueues, reads and runs operator actions (never
+-- TRUNCATE, no maintenance).
 --
--- A maintainer is a role holding TRUNCATE on awa.ready_entries (the owner
--- and superusers always are).  awa.restrict_maintenance() applies that
+-- TRUNCATE is for ring partitions only (the slot children prune empties):
+-- awa.restrict_maintenance() takes it on every other table of schema awa
+-- from PUBLIC and every grantee, the parents of the ring tables included
+-- (TRUNCATE of a partitioned table checks the privilege on the parent
+-- alone and empties every slot).
+--
+-- A maintainer is a role holding TRUNCATE on awa.ready_entries_0, slot 0
+-- of the queue ring, which every installation has (the owner and
+-- superusers always are).  awa.restrict_maintenance() applies that
 -- rule to the functions named by awa.maintenance_functions() and the
 -- tables named by awa.maintenance_tables(): PUBLIC and every grantee that
 -- is no maintainer lose EXECUTE and write privileges on them, and each
@@ -29,7 +36,10 @@
 -- search_path: creating a partition needs CREATE on the schema and
 -- ownership of the parent, which a worker does not have, so it runs as the
 -- owner, callable by maintainers only, with a ring name it looks up and a
--- bounded slot count as its only inputs.
+-- bounded slot count as its only inputs.  awa.horizon_pinned
+-- (maintenance.sql) is SECURITY DEFINER too: prune's question about other
+-- sessions' transactions, answered as the owner with one boolean, so the
+-- worker role needs no pg_read_all_stats.
 
 -- Names of the functions only maintainers may run (every overload): the
 -- maintenance entry points and leader helpers named here, and every function
@@ -46,7 +56,7 @@ LANGUAGE sql STABLE AS $$
             'record_rotation_outcome', 'record_ring_outcome', 'carry_forward_and_fold', 'rescue',
             'rescue_unchecked', 'rescue_attempts', 'rescue_leases', 'promote_due_skip_busy',
             'cleanup', 'cleanup_unique_claims', 'cleanup_descriptors', 'sample_queues',
-            'recheck_dependencies', 'batch_op_step']) COLLATE "C"
+            'recheck_dependencies', 'batch_op_step', 'horizon_pinned']) COLLATE "C"
         UNION
         SELECT p.proname::text COLLATE "C"
           FROM pg_proc p, restricted r
@@ -72,7 +82,7 @@ $$;
 CREATE OR REPLACE FUNCTION awa.restrict_maintenance() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_ring    constant regclass := 'awa.ready_entries';
+    v_ring    constant regclass := 'awa.ready_entries_0';
     v_object  record;
     v_grantee oid;
 BEGIN
@@ -119,12 +129,33 @@ BEGIN
                            v_object.name, v_grantee::regrole);
         END LOOP;
     END LOOP;
+
+    -- TRUNCATE on ring partitions only (see the header).
+    FOR v_object IN
+        SELECT c.oid::regclass::text AS name, c.relowner AS owner, c.relacl AS acl
+          FROM pg_class c
+         WHERE c.relnamespace = 'awa'::regnamespace AND c.relkind IN ('r', 'p')
+           AND NOT EXISTS (
+                   SELECT 1 FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhparent
+                    WHERE i.inhrelid = c.oid AND p.relnamespace = c.relnamespace
+                      AND p.relname = ANY (awa.ring_tables('queue') || awa.ring_tables('claim')
+                                           || awa.ring_tables('lease')))
+    LOOP
+        EXECUTE format('REVOKE TRUNCATE ON %s FROM PUBLIC', v_object.name);
+        FOR v_grantee IN
+            SELECT DISTINCT a.grantee FROM aclexplode(v_object.acl) a
+             WHERE a.privilege_type = 'TRUNCATE' AND a.grantee NOT IN (0, v_object.owner)
+        LOOP
+            EXECUTE format('REVOKE TRUNCATE ON %s FROM %s', v_object.name, v_grantee::regrole);
+        END LOOP;
+    END LOOP;
 END
 $$;
 
 -- The object-level grants of manage.py awa_roles (see the header): the
--- owner owns the schema and everything in it; the worker may read, write
--- and truncate every table and run every function; the web role may read
+-- owner owns the schema and everything in it; the worker may read and
+-- write every table, truncate the ring partitions (the maintainer rule
+-- takes TRUNCATE on the rest) and run every function; the web role may read
 -- and write every table but not truncate, and run every function but the
 -- maintenance ones; PUBLIC keeps nothing.  The caller must be able to
 -- change the owners (a superuser, or a member of both the old and the new
