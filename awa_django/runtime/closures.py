@@ -149,18 +149,31 @@ UNSTORABLE = "awa_django.UnstorableOutcome"
 MAX_UNSTORABLE_DETAIL = 500
 
 
-def unstorable(job: ClaimedJob, closure: Closure, exc: BaseException, *, dlq: bool) -> Closure:
-    """What to write instead of ``closure`` when the database refused it for
-    a reason a retry would not cure: the attempt failed (or moved to the
-    DLQ), its history saying why.  Progress and result are left out (one of
-    them may be what was refused); the error history is the one the claim
-    read, which the database accepted once already.
+def unstorable(
+    job: ClaimedJob, closure: Closure, exc: BaseException, *, dlq: bool, permanent: bool = True
+) -> Closure:
+    """What to write instead of ``closure`` when the database refused it
+    even alone, its history saying why (an :data:`UNSTORABLE` entry).
+
+    ``permanent`` (the closure's values were refused: see
+    :func:`~.completer.refused_for_good`): the attempt failed, or moved to
+    the DLQ.  Otherwise (a refusal that outlasted its retries) the attempt
+    is retried while attempts remain, as if it had raised.  A cancellation
+    stays a cancellation either way, its reason replaced by that entry.
+    Progress and result are left out (one of them may be what was refused);
+    the error history is the one the claim read, which the database
+    accepted once already.
     """
     detail = clean_text(f"{type(exc).__name__}: {_text_of(exc)}")[:MAX_UNSTORABLE_DETAIL]
     message = f"the {closure.outcome} outcome of this attempt could not be stored ({detail})"
     entry = error_entry(job, None, message)
     entry["type"] = UNSTORABLE
-    fallback = failed(job, entry, dlq=dlq, reason="outcome could not be stored")
+    if closure.target == CANCELLED:
+        fallback = _base(job, CANCELLED, CANCELLED, errors=_history(job, entry), reason="cancelled")
+    elif permanent:
+        fallback = failed(job, entry, dlq=dlq, reason="outcome could not be stored")
+    else:
+        fallback = retry_or_fail(job, entry, None, dlq=dlq)
     fallback.leased = closure.leased
     return fallback
 

@@ -19,20 +19,25 @@ in ``stale`` and logged, never applied.
   has submitted: then waiting cannot grow the batch, and a 1-permit queue
   would pay the flush interval on every job.
 
-Errors (both twins, :meth:`Completer.submit_group`): a lost connection, a
-server shutting down or a transient conflict (deadlock, serialization
-failure) is retried as it is: the statement is idempotent per attempt, so
-a retry at worst reports our own closures as stale.  Any other error -- a
-value the database refuses, a statement timeout, a full disk -- is not
-retried: the batch is split in halves until the closures that fail on
-their own are found, so one bad closure never holds up or drops its 511
-batch-mates.  Each closure that fails alone is replaced by its *fallback*
-(see :meth:`Completer.set_fallback`: the attempt failed, or moved to the
-DLQ, with an error saying why its outcome could not be stored) and that is
-written instead; only if the fallback fails too is the error reported, and
-the attempt is left open for its hand-back (which is bounded, see
-:func:`~awa_django.runtime.closures.handed_back`).  A closure is never
-dropped silently and never retried forever.
+Errors (both twins, :meth:`Completer.submit_group`): a server that cannot
+be reached (no connection to be had) is waited for, retried with backoff
+for as long as it takes: no closure is at fault.  A connection lost during
+the statement, a server shutting down, a lost conflict (deadlock,
+serialization failure) or a transient refusal (statement timeout, lock
+timeout, class 53: disk full, out of memory) is retried as it is, with
+backoff, at most :data:`MAX_RETRIES` times in a row for one batch: the
+statement is idempotent per attempt, so a retry at worst reports our own
+closures as stale.  Past that, or on any other error, the batch is split in
+halves until the closures that fail on their own are found, so one bad
+closure never holds up or drops its 511 batch-mates.  Each closure that
+fails alone is replaced by its *fallback* (see
+:meth:`Completer.set_fallback`; the worker's is
+:func:`~awa_django.runtime.closures.unstorable`: failed or DLQ for a value
+the database refuses, see :func:`refused_for_good`; otherwise a retry while
+attempts remain) and that is written instead; only if the fallback fails
+too is the error reported, and the attempt is left open for its hand-back
+(which is bounded, see :func:`~awa_django.runtime.closures.handed_back`).
+A closure is never dropped silently and never retried forever.
 
 A dispatcher hands in the closures of a whole claim at once
 (:meth:`Completer.submit_group`): they wait as one group, under one future,
@@ -56,6 +61,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import psycopg
+from psycopg_pool import PoolTimeout
 
 from ..records import Closure
 from ..storage import AsyncRunner
@@ -67,7 +73,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("awa_django.worker")
 
+#: First retry delay of a flush; doubled on each retry up to MAX_RETRY_DELAY.
 RETRY_DELAY = 0.5
+MAX_RETRY_DELAY = 5.0
+#: Consecutive retries of one batch before it is split.
+MAX_RETRIES = 5
 
 #: Builds the closure written instead of one the database refused (or None
 #: when there is none to write): ``fallback(closure, error)``.
@@ -79,8 +89,8 @@ def retryable(exc: BaseException) -> bool:
     connection was lost or never made, the server is shutting down, or the
     transaction lost a conflict (deadlock, serialization failure).
 
-    Other operational errors -- a statement timeout, a full disk, a lock
-    timeout -- would fail the same way again: they are not retried.
+    Transient refusals (:func:`transient`) may too, after a while; anything
+    else would fail the same way again.
     """
     if not isinstance(exc, psycopg.Error):
         return False
@@ -91,10 +101,53 @@ def retryable(exc: BaseException) -> bool:
     return state[:2] in _RETRYABLE_CLASSES or state in _RETRYABLE_STATES
 
 
+def unreachable(exc: BaseException) -> bool:
+    """Whether the statement never reached a server: no connection could be
+    had.  No closure can be at fault, so the batch is neither split nor
+    given up on."""
+    if isinstance(exc, PoolTimeout):
+        return True
+    return isinstance(exc, psycopg.Error) and exc.sqlstate in _UNREACHABLE_STATES
+
+
+def transient(exc: BaseException) -> bool:
+    """A refusal that says nothing about the closures and may pass: a
+    statement timeout (57014), a lock timeout (55P03), insufficient
+    resources (class 53: disk full, out of memory, too many connections)."""
+    if not isinstance(exc, psycopg.Error) or exc.sqlstate is None:
+        return False
+    state = exc.sqlstate
+    return state in _TRANSIENT_STATES or state[:2] == "53"
+
+
+def refused_for_good(exc: BaseException) -> bool:
+    """Whether the database (or psycopg, encoding the parameters) refused a
+    closure's values: a data exception (class 22), an integrity violation
+    (23), a value over a limit (54), or an error raised client-side before
+    anything was sent.  Such a closure fails the same way every time; its
+    attempt ends failed (see :func:`~.closures.unstorable`)."""
+    if not isinstance(exc, psycopg.Error):
+        return True  # encoding the parameters (UnicodeEncodeError, TypeError, ...)
+    state = exc.sqlstate
+    if state is None:
+        return isinstance(exc, psycopg.DataError)
+    return state[:2] in _REFUSED_CLASSES
+
+
 #: Connection exceptions and transaction rollbacks (deadlock, serialization).
 _RETRYABLE_CLASSES = frozenset({"08", "40"})
 #: Admin shutdown, crash shutdown, cannot connect now.
 _RETRYABLE_STATES = frozenset({"57P01", "57P02", "57P03"})
+#: Cannot connect now, unable to connect, connection rejected.
+_UNREACHABLE_STATES = frozenset({"57P03", "08001", "08004"})
+#: Statement timeout (query canceled), lock not available.
+_TRANSIENT_STATES = frozenset({"57014", "55P03"})
+#: Data exception, integrity constraint violation, program limit exceeded.
+_REFUSED_CLASSES = frozenset({"22", "23", "54"})
+
+
+def _backoff(retries: int) -> float:
+    return min(RETRY_DELAY * 2.0**retries, MAX_RETRY_DELAY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +195,8 @@ class Completer:
         self._fallback: Fallback | None = None
         #: Closures the database refused and whose fallback was written instead.
         self.replaced = 0
+        #: Flushes sent again after a retryable or transient error.
+        self.retried = 0
 
     def set_fallback(self, fallback: Fallback) -> None:
         """Write ``fallback(closure, error)`` instead of a closure that fails
@@ -212,42 +267,67 @@ class Completer:
         return 0
 
     async def _close(
-        self, closures: list[Closure]
+        self, closures: list[Closure], budget: list[int] | None = None, *, replace: bool = True
     ) -> tuple[list[Closure], set[tuple[int, int]], dict[tuple[int, int], Exception]]:
         """Write ``closures`` (see "Errors" above); returns the closures
         written (a fallback in place of the one it replaced), the attempts
-        that won, and the errors of those that could not be written at all."""
+        that won, and the errors of those that could not be written at all.
+
+        ``budget`` holds the retries left to the halves of a split batch:
+        they (and the fallbacks) share what their batch did not use, so a
+        split never multiplies the retries (a server that cannot be reached is waited for apart).
+        ``replace`` False reports a closure that fails alone instead of
+        writing its fallback (a fallback has none).
+        """
+        if budget is None:
+            budget = [MAX_RETRIES]
+        waited = 0
         while True:
             try:
                 return closures, await self._run(close_attempts(closures)), {}
             except Exception as exc:
-                if retryable(exc):
-                    log.warning("completion flush failed (%s); retrying", exc)
-                    await asyncio.sleep(RETRY_DELAY)
+                if unreachable(exc):
+                    log.warning("completion flush failed (%s); waiting for the server", exc)
+                    await asyncio.sleep(_backoff(waited))
+                    waited += 1
+                    continue
+                if budget[0] > 0 and (retryable(exc) or transient(exc)):
+                    retries = MAX_RETRIES - budget[0]
+                    budget[0] -= 1
+                    self.retried += 1
+                    log.warning(
+                        "completion flush of %s closures failed (%s); retry %s of %s",
+                        len(closures),
+                        exc,
+                        retries + 1,
+                        MAX_RETRIES,
+                    )
+                    await asyncio.sleep(_backoff(retries))
                     continue
                 if len(closures) > 1:
                     half = len(closures) // 2
-                    first, won, errors = await self._close(closures[:half])
-                    second, more_won, more = await self._close(closures[half:])
+                    first, won, errors = await self._close(closures[:half], budget)
+                    second, more_won, more = await self._close(closures[half:], budget)
                     return first + second, won | more_won, {**errors, **more}
-                return await self._fall_back(closures[0], exc)
+                if not replace:
+                    return [], set(), {(closures[0].job_id, closures[0].run_lease): exc}
+                return await self._fall_back(closures[0], exc, budget)
 
     async def _fall_back(
-        self, closure: Closure, exc: Exception
+        self, closure: Closure, exc: Exception, budget: list[int]
     ) -> tuple[list[Closure], set[tuple[int, int]], dict[tuple[int, int], Exception]]:
         key = (closure.job_id, closure.run_lease)
         log.error("job %s: its completion cannot be written: %s", closure.job_id, exc)
         fallback = self._fallback(closure, exc) if self._fallback is not None else None
         if fallback is not None:
-            while True:
-                try:
-                    won = await self._run(close_attempts([fallback]))
-                except Exception as again:
-                    if retryable(again):
-                        await asyncio.sleep(RETRY_DELAY)
-                        continue
-                    log.error("job %s: its fallback closure failed too: %s", closure.job_id, again)
-                    break
+            _, won, failed = await self._close([fallback], budget, replace=False)
+            if failed:
+                log.error(
+                    "job %s: its fallback closure failed too: %s",
+                    closure.job_id,
+                    next(iter(failed.values())),
+                )
+            else:
                 self.replaced += 1
                 log.error(
                     "job %s: closed as %s instead (the attempt's outcome was not stored)",

@@ -62,7 +62,7 @@ from ..storage import AsyncRunner
 from ..storage import stripes as stripe_store
 from ..storage.attempts import queues_have_work
 from .closures import handed_back, unstorable
-from .completer import BatchCompleter
+from .completer import BatchCompleter, refused_for_good
 from .config import PeriodicConfig, QueuePolicy, WorkerConfig
 from .dispatcher import Dispatcher
 from .executor import Executor
@@ -171,16 +171,24 @@ class Worker:
         self.completer.set_fallback(self._fallback)
 
     def _fallback(self, closure: Closure, exc: Exception) -> Closure | None:
-        """The closure the completer writes instead of one the database refused:
-        the attempt failed (or dead-lettered, as its queue says).  A
-        hand-back has none: the attempt stays open for the next one."""
+        """The closure the completer writes instead of one the database refused
+        (see :func:`~.closures.unstorable`): failed or dead-lettered, as its
+        queue says, when its values were refused; otherwise retried while
+        attempts remain.  A hand-back has none: the attempt stays open for
+        the next one."""
         if closure.outcome == "handed_back":
             return None
         key = (closure.job_id, closure.run_lease, closure.claim_nonce)
         for dispatcher in self.dispatchers:
             entry = dispatcher.inflight.get(key)  # type: ignore[arg-type]
             if entry is not None:
-                return unstorable(entry[0], closure, exc, dlq=dispatcher.policy.dlq)
+                return unstorable(
+                    entry[0],
+                    closure,
+                    exc,
+                    dlq=dispatcher.policy.dlq,
+                    permanent=refused_for_good(exc),
+                )
         return None
 
     def _permits_for(self, policy: QueuePolicy) -> Permits | SharedPermits:

@@ -1,10 +1,11 @@
 """What the completer does when the database refuses a flush.
 
-Only a lost connection (or a server going away, or a lost conflict) is
-retried as it is.  Anything else -- a statement timeout, a value the
-database refuses -- splits the batch until the closures that fail alone are
-found; their batch-mates are written, and each of them is replaced by its
-fallback (the attempt failed, or dead-lettered) when one is given.
+A lost connection, a server going away, a lost conflict or a transient
+refusal (statement or lock timeout, class 53) is retried as it is, a bounded
+number of times with backoff.  Past that, or on anything else -- a value the
+database refuses -- the batch is split until the closures that fail alone
+are found; their batch-mates are written, and each of them is replaced by
+its fallback when one is given.
 
 Real PostgreSQL: the timeout is a real ``statement_timeout`` on the
 completer's connections, hit by a real row lock held by the test.
@@ -21,8 +22,9 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from awa_django import ops
+from awa_django.runtime import completer
 from awa_django.runtime.closures import UNSTORABLE, completed, unstorable
-from awa_django.runtime.completer import BatchCompleter
+from awa_django.runtime.completer import MAX_RETRIES, BatchCompleter
 from awa_django.runtime.config import CompleterConfig
 from awa_django.storage import AsyncRunner
 from awa_django.storage.attempts import claim
@@ -40,6 +42,13 @@ def _clean(reset_awa):
     yield
 
 
+@pytest.fixture
+def quick_retries(monkeypatch):
+    """Retries as many, much sooner (the backoff is not what is tested)."""
+    monkeypatch.setattr(completer, "RETRY_DELAY", 0.01)
+    monkeypatch.setattr(completer, "MAX_RETRY_DELAY", 0.02)
+
+
 async def with_runner(scenario, **options: str):
     """Run ``scenario(runner)`` on a pool whose sessions have these settings."""
     kwargs = {"autocommit": True}
@@ -49,9 +58,10 @@ async def with_runner(scenario, **options: str):
         return await scenario(AsyncRunner(pool))
 
 
-def test_a_statement_timeout_is_not_retried_forever_the_batch_is_split(queue):
+def test_a_statement_timeout_is_not_retried_forever_the_batch_is_split(queue, quick_retries):
     """One attempt's claim row is locked by someone else: its close times out
-    every time.  Its batch-mate (another claim) is written; it gets the error."""
+    every time.  After its retries the batch is split: its batch-mate
+    (another claim) is written; it gets the error."""
     stuck_ref, free_ref = JobFactory(queue=queue), JobFactory(queue=queue)
 
     async def scenario(run: AsyncRunner):
@@ -71,9 +81,12 @@ def test_a_statement_timeout_is_not_retried_forever_the_batch_is_split(queue):
             )
             await holder.rollback()
         await batch.stop()
-        return outcomes
+        return outcomes, batch.retried
 
-    stuck_outcome, free_outcome = asyncio.run(with_runner(scenario, statement_timeout="300ms"))
+    (stuck_outcome, free_outcome), retried = asyncio.run(
+        with_runner(scenario, statement_timeout="300ms")
+    )
+    assert retried == MAX_RETRIES
     assert isinstance(stuck_outcome, psycopg.errors.QueryCanceled)
     assert free_outcome is True
     assert ops.get_job(free_ref.id).state == "completed"
@@ -105,3 +118,35 @@ def test_a_closure_the_database_refuses_is_replaced_by_its_fallback(queue):
     assert [info.state for info in infos] == ["completed", "failed", "completed", "completed"]
     [error] = infos[1].errors
     assert error["type"] == UNSTORABLE and "retryable outcome" in error["message"]
+
+
+@pytest.mark.parametrize("setting", ["statement_timeout", "lock_timeout"])
+def test_a_timeout_that_passes_does_not_fail_a_job_that_succeeded(queue, setting):
+    """A row lock held for a while makes the close time out (57014 or 55P03);
+    it is retried with backoff, and once the lock is gone the completion is
+    written.  It used to be taken for a refusal for good: replaced by its
+    fallback, a job that succeeded ended failed."""
+    ref = JobFactory(queue=queue)
+
+    async def scenario(run: AsyncRunner):
+        (job,) = await run(claim(queue, 1, uuid.uuid4(), 300.0, 0.0))
+        batch = BatchCompleter(CompleterConfig(batch_size=1, flush_interval=1.0), run)
+        batch.set_fallback(lambda c, exc: unstorable(job, c, exc, dlq=False))
+        async with await psycopg.AsyncConnection.connect(conninfo()) as holder:
+            await holder.execute(
+                "SELECT 1 FROM awa.lease_claim_batches"
+                " WHERE claim_slot = %s AND batch_id = %s FOR UPDATE",
+                [job.claim_slot, job.batch_id],
+            )
+            await batch.start()
+            submitted = asyncio.ensure_future(batch.submit_group([completed(job, None)]))
+            while not (batch.retried or submitted.done()):  # the first try timed out
+                await asyncio.sleep(0.01)
+            await holder.rollback()
+            outcomes = await asyncio.wait_for(submitted, GIVE_UP)
+        await batch.stop()
+        return outcomes, batch.replaced
+
+    outcomes, replaced = asyncio.run(with_runner(scenario, **{setting: "200ms"}))
+    assert outcomes == [True] and replaced == 0
+    assert ops.get_job(ref.id).state == "completed"
