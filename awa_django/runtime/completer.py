@@ -56,9 +56,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from asyncio import FIRST_COMPLETED
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg_pool import PoolTimeout
@@ -258,9 +259,14 @@ class Completer:
         """Closures submitted and not yet written (or failed)."""
         return 0
 
-    async def flush(self) -> None:
-        """Return once every closure submitted so far is written (or failed)."""
-        return None
+    async def flush(self, timeout: float | None = None) -> bool:
+        """Return once every closure submitted so far is written (or failed):
+        True, or False if ``timeout`` passed first."""
+        return True
+
+    def queued(self, job_id: int, run_lease: int) -> bool:
+        """Whether this attempt's closure is submitted and not yet written."""
+        return False
 
     async def run_once(self) -> int:
         """Flush what is pending; returns how many closures were written."""
@@ -318,7 +324,11 @@ class Completer:
     ) -> tuple[list[Closure], set[tuple[int, int]], dict[tuple[int, int], Exception]]:
         key = (closure.job_id, closure.run_lease)
         log.error("job %s: its completion cannot be written: %s", closure.job_id, exc)
-        fallback = self._fallback(closure, exc) if self._fallback is not None else None
+        try:
+            fallback = self._fallback(closure, exc) if self._fallback is not None else None
+        except Exception:
+            log.exception("job %s: building its fallback closure failed", closure.job_id)
+            fallback = None
         if fallback is not None:
             _, won, failed = await self._close([fallback], budget, replace=False)
             if failed:
@@ -441,8 +451,10 @@ class BatchCompleter(Completer):
     def unwritten(self) -> int:
         return len(self._pending) + len(self._writing)
 
-    async def flush(self) -> None:
-        """Return once every closure submitted so far is written (or failed).
+    async def flush(self, timeout: float | None = None) -> bool:
+        """Return once every closure submitted so far is written (or failed):
+        True, or False when ``timeout`` passed first or the loop that writes
+        them is gone.
 
         Shutdown calls this before it hands back what is still running: an
         attempt whose handler finished may have its closure waiting here (a
@@ -451,50 +463,97 @@ class BatchCompleter(Completer):
         have taken their answers when this returns.
         """
         futures = {id(g.future): g.future for _, g, _ in [*self._writing, *self._pending]}
-        if futures:
-            self._arrived.set()
-            if self._filling is not None:
-                _resolve(self._filling)
-            await asyncio.wait(futures.values())
+        if not futures:
+            return True
+        task = self._task
+        if task is None or task.done():
+            log.error("%s completions cannot be written: the completer is stopped", len(futures))
+            return False
+        self._arrived.set()
+        if self._filling is not None:
+            _resolve(self._filling)
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        waiting: set[asyncio.Future[Any]] = set(futures.values())
+        while waiting:
+            left = None if deadline is None else deadline - loop.time()
+            if task.done() or (left is not None and left <= 0):
+                log.error("%s completions were not written in time", len(waiting))
+                return False
+            await asyncio.wait([*waiting, task], timeout=left, return_when=FIRST_COMPLETED)
+            waiting = {f for f in waiting if not f.done()}
+        return True
+
+    def queued(self, job_id: int, run_lease: int) -> bool:
+        """Whether this attempt's closure is submitted and not yet written."""
+        return any(
+            c.job_id == job_id and c.run_lease == run_lease
+            for c, _, _ in [*self._writing, *self._pending]
+        )
 
     async def run_once(self) -> int:
-        """Flush up to one batch now; returns how many closures were written."""
+        """Flush up to one batch now; returns how many closures were written.
+
+        Every closure of the batch gets an answer, whatever happens: an
+        error here is delivered to their submitters rather than ending the
+        loop with their permits held.
+        """
         size = self.config.batch_size
         batch, self._pending = self._pending[:size], self._pending[size:]
         if not batch:
             return 0
         closures = [closure for closure, _, _ in batch]
         self._writing = batch
+        written: list[Closure] = []
         try:
             written, won, failed = await self._close(closures)
+            outcomes = self._outcomes(batch, closures, written, won, failed)
+        except Exception as exc:
+            log.exception("completer: a batch of %s closures could not be written", len(batch))
+            outcomes = [exc] * len(batch)
         finally:
             self._writing = []
-        if failed or written is not closures:
-            # Some closures failed, or were split up and maybe replaced by
-            # their fallbacks: match each answer to its submitter by attempt.
-            waiting = {(c.job_id, c.run_lease): (group, index) for c, group, index in batch}
-            for key, error in failed.items():
-                group, index = waiting.pop(key)
-                group.deliver(index, error)
-            applied = self._settle(written, won)
-            for closure, ok in zip(written, applied, strict=True):
-                group, index = waiting.pop((closure.job_id, closure.run_lease))
-                group.deliver(index, ok)
-            return len(written)
-        for (_, group, index), ok in zip(batch, self._settle(closures, won), strict=True):
-            group.deliver(index, ok)
-        return len(batch)
+        for (_, group, index), outcome in zip(batch, outcomes, strict=True):
+            group.deliver(index, outcome)
+        return len(written)
+
+    def _outcomes(
+        self,
+        batch: list[tuple[Closure, _Group, int]],
+        closures: list[Closure],
+        written: list[Closure],
+        won: set[tuple[int, int]],
+        failed: dict[tuple[int, int], Exception],
+    ) -> list[Outcome]:
+        """Each batch entry's answer, in order."""
+        if not failed and written is closures:
+            return list(self._settle(closures, won))
+        # Some closures failed, or were split up and maybe replaced by
+        # their fallbacks: match each answer to its submitter by attempt.
+        answers: dict[tuple[int, int], Outcome] = dict(failed)
+        for closure, ok in zip(written, self._settle(written, won), strict=True):
+            answers[(closure.job_id, closure.run_lease)] = ok
+        missing = RuntimeError("the completer lost this closure")
+        return [answers.get((c.job_id, c.run_lease), missing) for c in closures]
 
     async def _loop(self) -> None:
-        while True:
-            await self._arrived.wait()
-            self._arrived.clear()
-            if not self._closing:
-                await self._fill()
-            while self._pending:
-                await self.run_once()
-            if self._closing:
-                return
+        try:
+            while True:
+                await self._arrived.wait()
+                self._arrived.clear()
+                if not self._closing:
+                    await self._fill()
+                while self._pending:
+                    await self.run_once()
+                if self._closing:
+                    return
+        finally:
+            # Ended by an error (or cancelled): nobody will write what is
+            # left, so its submitters hear it rather than wait forever.
+            left, self._pending = self._pending, []
+            gone = RuntimeError("the completer stopped before writing this closure")
+            for _, group, index in left:
+                group.deliver(index, gone)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

@@ -150,3 +150,38 @@ def test_a_timeout_that_passes_does_not_fail_a_job_that_succeeded(queue, setting
     outcomes, replaced = asyncio.run(with_runner(scenario, **{setting: "200ms"}))
     assert outcomes == [True] and replaced == 0
     assert ops.get_job(ref.id).state == "completed"
+
+
+def test_a_fallback_that_raises_still_answers_every_submitter(queue):
+    """A bug in the fallback used to end the completer's loop: that batch's
+    submitters never got an answer (their permits held) and ``flush()`` at
+    shutdown waited for them forever."""
+    made = [JobFactory(queue=queue) for _ in range(3)]
+
+    def broken(closure, exc):
+        raise RuntimeError("a bug in the fallback")
+
+    async def scenario(run: AsyncRunner):
+        jobs = await run(claim(queue, 3, uuid.uuid4(), 300.0, 0.0))
+        batch = BatchCompleter(CompleterConfig(batch_size=3, flush_interval=1.0), run)
+        batch.set_fallback(broken)
+        closures = [completed(job, None) for job in jobs]
+        closures[1] = dataclasses.replace(closure_for(jobs[1], "retryable"), errors="{not json")
+        await batch.start()
+        submitted = asyncio.ensure_future(batch.submit_group(closures))
+        flushed = await asyncio.wait_for(batch.flush(), GIVE_UP)
+        outcomes = await asyncio.wait_for(submitted, GIVE_UP)
+        # The loop still runs: a later closure is written by it.
+        (later_job,) = await run(claim(queue, 1, uuid.uuid4(), 300.0, 0.0))
+        later = await asyncio.wait_for(batch.submit(completed(later_job, None)), GIVE_UP)
+        await asyncio.wait_for(batch.stop(), GIVE_UP)
+        return flushed, outcomes, later
+
+    later_ref = JobFactory(queue=queue)
+    flushed, outcomes, later = asyncio.run(with_runner(scenario))
+    assert flushed is not False and later is True
+    assert outcomes[0] is True and outcomes[2] is True
+    assert isinstance(outcomes[1], psycopg.errors.InvalidTextRepresentation)
+    states = [ops.get_job(ref.id).state for ref in made]
+    assert states == ["completed", "running", "completed"]
+    assert ops.get_job(later_ref.id).state == "completed"
