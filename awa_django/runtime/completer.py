@@ -264,9 +264,10 @@ class Completer:
         True, or False if ``timeout`` passed first."""
         return True
 
-    def queued(self, job_id: int, run_lease: int) -> bool:
-        """Whether this attempt's closure is submitted and not yet written."""
-        return False
+    def queued(self) -> set[tuple[int, int]]:
+        """The attempts, as ``(job_id, run_lease)``, whose closures are
+        submitted and not yet written."""
+        return set()
 
     async def run_once(self) -> int:
         """Flush what is pending; returns how many closures were written."""
@@ -484,12 +485,10 @@ class BatchCompleter(Completer):
             waiting = {f for f in waiting if not f.done()}
         return True
 
-    def queued(self, job_id: int, run_lease: int) -> bool:
-        """Whether this attempt's closure is submitted and not yet written."""
-        return any(
-            c.job_id == job_id and c.run_lease == run_lease
-            for c, _, _ in [*self._writing, *self._pending]
-        )
+    def queued(self) -> set[tuple[int, int]]:
+        """The attempts, as ``(job_id, run_lease)``, whose closures are
+        submitted and not yet written."""
+        return {(c.job_id, c.run_lease) for c, _, _ in [*self._writing, *self._pending]}
 
     async def run_once(self) -> int:
         """Flush up to one batch now; returns how many closures were written.

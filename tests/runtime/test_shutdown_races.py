@@ -34,14 +34,17 @@ pytestmark = pytest.mark.django_db(transaction=True)
 TIMEOUT = 30.0
 RUNS: list[str] = []
 GATE = threading.Event()
+SLOW_GATE = threading.Event()
 
 
 @pytest.fixture(autouse=True)
 def _clean(reset_awa):
     RUNS.clear()
     GATE.clear()
+    SLOW_GATE.clear()
     yield
     GATE.set()
+    SLOW_GATE.set()
     RUNS.clear()
 
 
@@ -50,6 +53,16 @@ def gated(label: str) -> str:
     RUNS.append(f"{label} started")
     if not GATE.wait(TIMEOUT):
         raise TimeoutError("the test never opened the gate")
+    RUNS.append(label)
+    return label
+
+
+@job(kind="tests.races.slow")
+async def slow(label: str) -> str:
+    RUNS.append(f"{label} started")
+    async with asyncio.timeout(TIMEOUT):
+        while not SLOW_GATE.is_set():  # opened by the test mid-shutdown
+            await asyncio.sleep(0.01)
     RUNS.append(label)
     return label
 
@@ -133,6 +146,72 @@ def test_shutdown_writes_queued_completions_before_handing_back(queue, caplog):
     asyncio.run(scenario())
     assert [ops.get_job(ref.id).state for ref in (first, second)] == ["completed", "completed"]
     assert RUNS == ["A started", "A", "B"] and worker.handed_back == 0
+
+
+def test_a_handler_finishing_during_the_shutdown_flush_is_not_handed_back(queue, caplog):
+    """A finished; its close waits on a lock, so shutdown flushes it.  C
+    finishes during that flush: its closure queues behind A's while C is
+    still in flight.  The flush only waited for A's, so C used to be handed
+    back as well (that hand-back either won, leaving a finished job to run
+    again, or lost, stale).  C's own close waits on a second lock, which
+    keeps both orders apart."""
+    first = gated.using(queue=queue).enqueue("A")
+    third = slow.using(queue=queue).enqueue("C")
+    caplog.set_level(logging.INFO, logger="awa_django.worker")
+    config = dataclasses.replace(
+        worker_config(queue, burst=False, max_workers=2, claim_batch_size=1),
+        shutdown_timeout=0.05,
+    )
+    worker = Worker(config)
+
+    def logged(text: str) -> bool:
+        return any(text in r.getMessage() for r in caplog.records)
+
+    async def scenario() -> None:
+        running = asyncio.create_task(worker.run())
+        connect = psycopg.AsyncConnection.connect
+        async with await connect(conninfo()) as on_a, await connect(conninfo()) as on_c:
+
+            async def both_started() -> bool:
+                return "A started" in RUNS and "C started" in RUNS
+
+            await until(both_started, "A and C run")
+            await lock_claim_of(on_a, first.id)
+            await lock_claim_of(on_c, third.id)
+            GATE.set()
+
+            async def a_held() -> bool:
+                return "A" in RUNS and await lock_waiters(on_a) >= 1
+
+            await until(a_held, "A's close waits")
+            worker.request_stop()
+
+            async def flushing() -> bool:
+                return logged("before handing back")
+
+            await until(flushing, "shutdown flushes A's completion")
+            SLOW_GATE.set()
+
+            async def c_queued() -> bool:
+                return "C" in RUNS and len(worker.completer._pending) == 1
+
+            await until(c_queued, "C's closure queues behind A's")
+            await on_a.rollback()
+
+            async def decided() -> bool:
+                # Old: C's hand-back waits on C's lock beside C's close.
+                # New: shutdown writes C's completion instead.
+                return logged("arrived while flushing") or await lock_waiters(on_c) >= 2
+
+            await until(decided, "shutdown decides about C")
+            await on_c.rollback()
+        async with asyncio.timeout(TIMEOUT):
+            await running
+
+    asyncio.run(scenario())
+    assert [ops.get_job(ref.id).state for ref in (first, third)] == ["completed", "completed"]
+    assert worker.handed_back == 0 and worker.completer.stale == 0
+    assert sorted(RUNS) == ["A", "A started", "C", "C started"]
 
 
 def test_the_heartbeat_leaves_alone_a_claim_not_yet_registered(queue):
