@@ -100,6 +100,17 @@ async def lock_waiters(holder: psycopg.AsyncConnection) -> int:
     return (await cursor.fetchone())[0]
 
 
+def stopping_worker(queue: str, slots: int, caplog) -> Worker:
+    """A worker of ``slots`` on ``queue`` that gives up on its handlers at
+    once when stopped (one claim per attempt); its log captured."""
+    caplog.set_level(logging.INFO, logger="awa_django.worker")
+    config = dataclasses.replace(
+        worker_config(queue, burst=False, max_workers=slots, claim_batch_size=1),
+        shutdown_timeout=0.05,
+    )
+    return Worker(config)
+
+
 def test_shutdown_writes_queued_completions_before_handing_back(queue, caplog):
     """A finished at once; its close waits on a lock.  B ran meanwhile (A's
     permit came back with its closure) and its closure queues behind A's.
@@ -107,12 +118,7 @@ def test_shutdown_writes_queued_completions_before_handing_back(queue, caplog):
     leave a finished job scheduled to run again."""
     first = gated.using(queue=queue).enqueue("A")
     second = quick.using(queue=queue).enqueue("B")
-    caplog.set_level(logging.INFO, logger="awa_django.worker")
-    config = dataclasses.replace(
-        worker_config(queue, burst=False, max_workers=1, claim_batch_size=1),
-        shutdown_timeout=0.05,
-    )
-    worker = Worker(config)
+    worker = stopping_worker(queue, 1, caplog)
 
     async def scenario() -> None:
         running = asyncio.create_task(worker.run())
@@ -157,12 +163,7 @@ def test_a_handler_finishing_during_the_shutdown_flush_is_not_handed_back(queue,
     keeps both orders apart."""
     first = gated.using(queue=queue).enqueue("A")
     third = slow.using(queue=queue).enqueue("C")
-    caplog.set_level(logging.INFO, logger="awa_django.worker")
-    config = dataclasses.replace(
-        worker_config(queue, burst=False, max_workers=2, claim_batch_size=1),
-        shutdown_timeout=0.05,
-    )
-    worker = Worker(config)
+    worker = stopping_worker(queue, 2, caplog)
 
     def logged(text: str) -> bool:
         return any(text in r.getMessage() for r in caplog.records)
