@@ -161,9 +161,19 @@ class CompletionEvent:
 
 Listener = Callable[[Sequence[CompletionEvent]], None]
 
+
 #: What a group reports for each closure: applied (True), stale (False), or
 #: the error that kept it from being written.
-Outcome = bool | Exception
+@dataclass(frozen=True, slots=True)
+class Replaced:
+    """The outcome of a closure the database refused: its fallback
+    ``closure`` was written instead (``applied`` False: it was stale)."""
+
+    closure: Closure
+    applied: bool
+
+
+Outcome = bool | Exception | Replaced
 
 
 class _Group:
@@ -240,13 +250,33 @@ class Completer:
 
     async def submit_group(self, closures: Sequence[Closure]) -> list[Outcome]:
         """Close these attempts (with whatever else is flushed meanwhile); one
-        outcome each, in order: applied, stale, or the error that kept it
-        from being written."""
+        outcome each, in order: applied, stale, :class:`Replaced` (its
+        fallback was written), or the error that kept it from being written."""
         if not closures:
             return []
-        written, won, failed = await self._close(list(closures))
-        applied = iter(self._settle(written, won))
-        return [failed.get((c.job_id, c.run_lease)) or next(applied) for c in closures]
+        closures = list(closures)
+        written, won, failed = await self._close(closures)
+        return self._answers(closures, written, won, failed)
+
+    def _answers(
+        self,
+        closures: list[Closure],
+        written: list[Closure],
+        won: set[tuple[int, int]],
+        failed: dict[tuple[int, int], Exception],
+    ) -> list[Outcome]:
+        """Each closure's answer, in order, once ``_close`` wrote them."""
+        if not failed and written is closures:
+            return list(self._settle(closures, won))
+        # Some closures failed, or were split up and maybe replaced by
+        # their fallbacks: match each answer to its submitter by attempt.
+        originals = {(c.job_id, c.run_lease): c for c in closures}
+        answers: dict[tuple[int, int], Outcome] = dict(failed)
+        for closure, ok in zip(written, self._settle(written, won), strict=True):
+            key = (closure.job_id, closure.run_lease)
+            answers[key] = ok if originals.get(key) is closure else Replaced(closure, ok)
+        missing = RuntimeError("the completer lost this closure")
+        return [answers.get((c.job_id, c.run_lease), missing) for c in closures]
 
     async def start(self) -> None:
         return None
@@ -397,6 +427,8 @@ class BatchCompleter(Completer):
         (outcome,) = await self._enqueue([closure])
         if isinstance(outcome, Exception):
             raise outcome
+        if isinstance(outcome, Replaced):
+            return outcome.applied
         return outcome
 
     async def submit_group(self, closures: Sequence[Closure]) -> list[Outcome]:
@@ -506,7 +538,7 @@ class BatchCompleter(Completer):
         written: list[Closure] = []
         try:
             written, won, failed = await self._close(closures)
-            outcomes = self._outcomes(batch, closures, written, won, failed)
+            outcomes = self._answers(closures, written, won, failed)
         except Exception as exc:
             log.exception("completer: a batch of %s closures could not be written", len(batch))
             outcomes = [exc] * len(batch)
@@ -515,25 +547,6 @@ class BatchCompleter(Completer):
         for (_, group, index), outcome in zip(batch, outcomes, strict=True):
             group.deliver(index, outcome)
         return len(written)
-
-    def _outcomes(
-        self,
-        batch: list[tuple[Closure, _Group, int]],
-        closures: list[Closure],
-        written: list[Closure],
-        won: set[tuple[int, int]],
-        failed: dict[tuple[int, int], Exception],
-    ) -> list[Outcome]:
-        """Each batch entry's answer, in order."""
-        if not failed and written is closures:
-            return list(self._settle(closures, won))
-        # Some closures failed, or were split up and maybe replaced by
-        # their fallbacks: match each answer to its submitter by attempt.
-        answers: dict[tuple[int, int], Outcome] = dict(failed)
-        for closure, ok in zip(written, self._settle(written, won), strict=True):
-            answers[(closure.job_id, closure.run_lease)] = ok
-        missing = RuntimeError("the completer lost this closure")
-        return [answers.get((c.job_id, c.run_lease), missing) for c in closures]
 
     async def _loop(self) -> None:
         try:

@@ -69,7 +69,7 @@ from ..storage.attempts import claim, claim_nonce
 from ..stripes import Rotation
 from . import eager
 from .atomic import Settled
-from .completer import Completer
+from .completer import Completer, Replaced
 from .config import QueuePolicy
 from .executor import Executor, context_for, definition_for
 from .leases import LeaseHub
@@ -694,7 +694,10 @@ class Dispatcher:
                 continue
             if CONCURRENCY_KEY in job.metadata:
                 self._slot_freed.set()
-            closes.append((job, closure, outcome))
+            if type(outcome) is Replaced:  # its fallback was written instead
+                closes.append((job, outcome.closure, outcome.applied))
+            else:
+                closes.append((job, closure, cast("bool", outcome)))
         if closes and observers.active:
             observers.closed_many(closes, time.perf_counter() - began)
         for attempt in attempts or ():
@@ -743,10 +746,15 @@ class Dispatcher:
                 released = True
                 self._unflushed += 1
                 try:
-                    applied = await self._completer.submit(outcome)
+                    (answer,) = await self._completer.submit_group([outcome])
                 finally:
                     self._unflushed -= 1
                     self._flushed.set()
+                if isinstance(answer, Exception):
+                    raise answer
+                if type(answer) is Replaced:  # its fallback was written instead
+                    outcome, answer = answer.closure, answer.applied
+                applied = cast("bool", answer)
                 if CONCURRENCY_KEY in job.metadata:
                     self._slot_freed.set()
                 if observers.active:

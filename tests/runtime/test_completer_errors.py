@@ -24,7 +24,7 @@ from psycopg_pool import AsyncConnectionPool
 from awa_django import ops
 from awa_django.runtime import completer
 from awa_django.runtime.closures import UNSTORABLE, completed, unstorable
-from awa_django.runtime.completer import MAX_RETRIES, BatchCompleter
+from awa_django.runtime.completer import MAX_RETRIES, BatchCompleter, Replaced
 from awa_django.runtime.config import CompleterConfig
 from awa_django.storage import AsyncRunner
 from awa_django.storage.attempts import claim
@@ -113,7 +113,10 @@ def test_a_closure_the_database_refuses_is_replaced_by_its_fallback(queue):
         return outcomes, batch.replaced
 
     outcomes, replaced = asyncio.run(with_runner(scenario))
-    assert outcomes == [True] * 4 and replaced == 1
+    assert outcomes[0] is outcomes[2] is outcomes[3] is True and replaced == 1
+    # Its submitter learns what was stored instead (for signals and metrics).
+    assert isinstance(outcomes[1], Replaced) and outcomes[1].applied
+    assert outcomes[1].closure.target == "failed"
     infos = [ops.get_job(ref.id) for ref in made]
     assert [info.state for info in infos] == ["completed", "failed", "completed", "completed"]
     [error] = infos[1].errors
