@@ -188,3 +188,41 @@ def test_a_fallback_that_raises_still_answers_every_submitter(queue):
     states = [ops.get_job(ref.id).state for ref in made]
     assert states == ["completed", "running", "completed"]
     assert ops.get_job(later_ref.id).state == "completed"
+
+
+def test_a_batch_that_keeps_losing_its_connection_is_not_retried_forever(queue, quick_retries):
+    """Each time the close waits on a locked claim row, its backend is
+    terminated (57P01): a connection lost during the statement, every time.
+    It used to be retried as it was, forever; now it is retried a few
+    times, then split, and the closure that fails alone gets the error."""
+    ref = JobFactory(queue=queue)
+
+    async def scenario(run: AsyncRunner):
+        (job,) = await run(claim(queue, 1, uuid.uuid4(), 300.0, 0.0))
+        batch = BatchCompleter(CompleterConfig(batch_size=1, flush_interval=1.0), run)
+        async with (
+            await psycopg.AsyncConnection.connect(conninfo()) as holder,
+            await psycopg.AsyncConnection.connect(conninfo(), autocommit=True) as killer,
+        ):
+            await holder.execute(
+                "SELECT 1 FROM awa.lease_claim_batches"
+                " WHERE claim_slot = %s AND batch_id = %s FOR UPDATE",
+                [job.claim_slot, job.batch_id],
+            )
+            await batch.start()
+            submitted = asyncio.ensure_future(batch.submit_group([completed(job, None)]))
+            async with asyncio.timeout(GIVE_UP):
+                while not submitted.done():  # end every close that waits on the lock
+                    await killer.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                        " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                    )
+                    await asyncio.sleep(0.02)
+            await holder.rollback()
+        await batch.stop()
+        return submitted.result(), batch.retried
+
+    (outcome,), retried = asyncio.run(with_runner(scenario))
+    assert isinstance(outcome, psycopg.OperationalError)
+    assert retried == MAX_RETRIES
+    assert ops.get_job(ref.id).state == "running"  # left open for its hand-back
