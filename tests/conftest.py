@@ -8,6 +8,7 @@ by the migrations.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -255,3 +256,27 @@ def wait_for(predicate, timeout: float = 30, interval: float = 0.05):
             return value
         time.sleep(interval)
     pytest.fail(f"condition not met within {timeout}s")
+
+
+@contextlib.contextmanager
+def refusing(conn, name: str, before: str, when: str):
+    """While open, a trigger ``name`` makes the database refuse the rows of
+    ``before`` (``"INSERT ON awa.table"``) for which ``when`` (SQL over
+    ``NEW``) holds: a data exception (22023) carrying ``name``."""
+    conn.execute(
+        f"""
+        CREATE FUNCTION awa.{name}() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF {when} THEN
+                RAISE EXCEPTION '{name}' USING ERRCODE = '22023';
+            END IF;
+            RETURN NEW;
+        END $$;
+        CREATE TRIGGER {name} BEFORE {before} FOR EACH ROW EXECUTE FUNCTION awa.{name}();
+        """
+    )
+    try:
+        yield
+    finally:
+        table = before.split(" ON ", 1)[1]
+        conn.execute(f"DROP TRIGGER {name} ON {table}; DROP FUNCTION awa.{name}()")

@@ -14,7 +14,7 @@ from awa_django import ops, signals
 from awa_django.observability.hooks import observers
 from awa_django.observability.signals import SignalObserver
 from awa_django.runtime.worker import Worker
-from tests.conftest import run_burst, worker_config
+from tests.conftest import refusing, run_burst, worker_config
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -188,24 +188,13 @@ def test_with_no_receiver_nothing_is_built_or_handed_over(queue):
 def completions_refused(raw_conn, queue):
     """Completions on ``queue`` refused by the database (a data exception,
     raised by a trigger): their attempts are stored as failed instead."""
-    raw_conn.execute(
-        f"""
-        CREATE FUNCTION awa.test_refuse_completion() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN
-            IF NEW.queue = '{queue}' THEN
-                RAISE EXCEPTION 'refused for the test' USING ERRCODE = '22023';
-            END IF;
-            RETURN NEW;
-        END $$;
-        CREATE TRIGGER test_refuse_completion BEFORE INSERT ON awa.receipt_completion_batches
-            FOR EACH ROW EXECUTE FUNCTION awa.test_refuse_completion();
-        """
-    )
-    yield
-    raw_conn.execute(
-        "DROP TRIGGER test_refuse_completion ON awa.receipt_completion_batches;"
-        " DROP FUNCTION awa.test_refuse_completion()"
-    )
+    with refusing(
+        raw_conn,
+        "test_refuse_completion",
+        "INSERT ON awa.receipt_completion_batches",
+        f"NEW.queue = '{queue}'",
+    ):
+        yield
 
 
 def test_a_completion_stored_as_failed_is_reported_failed(queue, recorder, completions_refused):

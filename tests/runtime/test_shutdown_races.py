@@ -26,7 +26,7 @@ from awa_django import job, ops
 from awa_django.conf import RateLimit
 from awa_django.runtime.worker import Worker
 from awa_django.storage.connection import conninfo
-from tests.conftest import worker_config
+from tests.conftest import refusing, run_burst, worker_config
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -34,6 +34,13 @@ pytestmark = pytest.mark.django_db(transaction=True)
 TIMEOUT = 30.0
 RUNS: list[str] = []
 GATE = threading.Event()
+#: Four slots claimed at once under a fleet rate limit that never binds.
+FLEET = {
+    "max_workers": 4,
+    "claim_batch_size": 4,
+    "rate_limit": RateLimit(max_rate=1000.0, burst=1000),
+    "rate_limit_scope": "fleet",
+}
 SLOW_GATE = threading.Event()
 
 
@@ -217,18 +224,11 @@ def test_a_handler_finishing_during_the_shutdown_flush_is_not_handed_back(queue,
 
 def test_the_heartbeat_leaves_alone_a_claim_not_yet_registered(queue):
     """Under a fleet rate limit a claim gives back the tokens it did not use
-    between its commit and the registration of its jobs in flight.  The test
-    holds that refund on a row lock; meanwhile a heartbeat (hand-back grace
-    ~0) must not take the committed receipt for an orphan: the job would run
-    twice."""
-    config = worker_config(
-        queue,
-        burst=False,
-        max_workers=4,
-        claim_batch_size=4,
-        rate_limit=RateLimit(max_rate=1000.0, burst=1000),
-        rate_limit_scope="fleet",
-    )
+    after its commit (it used to, before the registration of its jobs in
+    flight).  The test holds that refund on a row lock; meanwhile a
+    heartbeat (hand-back grace ~0) must not take the committed receipt for
+    an orphan: the job would run twice."""
+    config = worker_config(queue, burst=False, **FLEET)
     worker = Worker(config)
     made: list[int] = []
 
@@ -263,7 +263,6 @@ def test_the_heartbeat_leaves_alone_a_claim_not_yet_registered(queue):
                 return committed and await lock_waiters(claims) >= 1
 
             await until(claimed_not_registered, "the claim committed, its refund waits")
-            assert not any(d.inflight for d in worker.dispatchers)
             beat = worker.heartbeat
             interval, beat.config = beat.config, dataclasses.replace(beat.config, interval=1e-6)
             try:
@@ -287,6 +286,33 @@ def test_the_heartbeat_leaves_alone_a_claim_not_yet_registered(queue):
     handed = asyncio.run(scenario())
     assert handed["handed_back"] == 0
     assert RUNS == ["C"] and ops.get_job(made[0]).state == "completed"
+
+
+@pytest.fixture
+def refunds_refused(raw_conn, queue):
+    """Every refund of fleet rate tokens on ``queue`` fails (a trigger)."""
+    when = f"NEW.queue = '{queue}' AND current_query() LIKE '%refund_rate_tokens%'"
+    with refusing(raw_conn, "test_refuse_refund", "UPDATE ON awa.rate_buckets", when):
+        yield
+
+
+def test_a_failed_fleet_rate_refund_leaks_no_permit_and_drops_no_job(
+    queue, refunds_refused, caplog
+):
+    """A claim that got fewer jobs than it took tokens for refunds the rest
+    after its commit.  When that refund failed, the claimed jobs were never
+    registered in flight: their permits stayed taken and they sat claimed
+    until a counted hand-back.  Now they run, and every permit comes back."""
+    refs = [quick.using(queue=queue).enqueue(label) for label in ("A", "B")]
+
+    worker = run_burst(queue, timeout=TIMEOUT, **FLEET)
+
+    assert sorted(RUNS) == ["A", "B"]
+    infos = [ops.get_job(ref.id) for ref in refs]
+    assert [(i.state, i.attempt) for i in infos] == [("completed", 1), ("completed", 1)]
+    (dispatcher,) = worker.dispatchers
+    assert dispatcher.permits.in_use == 0
+    assert any("test_refuse_refund" in r.getMessage() for r in caplog.records)
 
 
 def enqueue_quick(queue: str, label: str) -> int:
