@@ -259,16 +259,17 @@ def wait_for(predicate, timeout: float = 30, interval: float = 0.05):
 
 
 @contextlib.contextmanager
-def refusing(conn, name: str, before: str, when: str):
+def refusing(conn, name: str, before: str, when: str, sqlstate: str = "22023"):
     """While open, a trigger ``name`` makes the database refuse the rows of
     ``before`` (``"INSERT ON awa.table"``) for which ``when`` (SQL over
-    ``NEW``) holds: a data exception (22023) carrying ``name``."""
+    ``NEW``) holds, with ``sqlstate`` (a data exception by default) and
+    ``name`` as the message."""
     conn.execute(
         f"""
         CREATE FUNCTION awa.{name}() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
             IF {when} THEN
-                RAISE EXCEPTION '{name}' USING ERRCODE = '22023';
+                RAISE EXCEPTION '{name}' USING ERRCODE = '{sqlstate}';
             END IF;
             RETURN NEW;
         END $$;

@@ -21,7 +21,7 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from awa_django import ops
+from awa_django import Cancel, job, ops
 from awa_django.runtime import completer
 from awa_django.runtime.closures import UNSTORABLE, completed, unstorable
 from awa_django.runtime.completer import MAX_RETRIES, BatchCompleter, Replaced
@@ -29,6 +29,7 @@ from awa_django.runtime.config import CompleterConfig
 from awa_django.storage import AsyncRunner
 from awa_django.storage.attempts import claim
 from awa_django.storage.connection import conninfo
+from tests.conftest import refusing, run_burst
 from tests.factories import JobFactory, closure_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -226,3 +227,43 @@ def test_a_batch_that_keeps_losing_its_connection_is_not_retried_forever(queue, 
     assert isinstance(outcome, psycopg.OperationalError)
     assert retried == MAX_RETRIES
     assert ops.get_job(ref.id).state == "running"  # left open for its hand-back
+
+
+@job(kind="tests.completer.returns")
+def returns() -> str:
+    return "done"
+
+
+@job(kind="tests.completer.cancels")
+def cancels() -> None:
+    raise Cancel("refuse me")
+
+
+def test_a_completion_refused_for_another_reason_is_retried_while_attempts_remain(queue, raw_conn):
+    """Not a refused value (P0001, raised by a trigger): the fallback is a
+    retry, as if the handler had raised, not a final failure."""
+    ref = returns.using(queue=queue, max_attempts=3).enqueue()
+    when = f"NEW.queue = '{queue}'"
+    with refusing(
+        raw_conn, "test_refuse", "INSERT ON awa.receipt_completion_batches", when, "P0001"
+    ):
+        worker = run_burst(queue, timeout=GIVE_UP)
+
+    info = ops.get_job(ref.id)
+    assert worker.completer.replaced == 1
+    assert (info.state, info.attempt) == ("retryable", 1)
+    assert info.errors[-1]["type"] == UNSTORABLE
+
+
+def test_a_refused_cancellation_stays_a_cancellation(queue, raw_conn):
+    """The cancel's own entry is refused (a trigger): it is written without
+    it, still cancelled, rather than failed or dead-lettered."""
+    ref = cancels.using(queue=queue).enqueue()
+    when = "NEW.state = 'cancelled' AND NEW.errors::text LIKE '%refuse me%'"
+    with refusing(raw_conn, "test_refuse", "INSERT ON awa.done_entries", when):
+        worker = run_burst(queue, timeout=GIVE_UP)
+
+    info = ops.get_job(ref.id)
+    assert worker.completer.replaced == 1
+    assert info.state == "cancelled"
+    assert info.errors[-1]["type"] == UNSTORABLE
