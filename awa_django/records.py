@@ -326,6 +326,8 @@ class OpenReceipt:
     run_lease: int
     attempt: int
     claim_nonce: int | None
+    #: The job's error history as the claim read it (None: unknown).
+    errors: list[dict[str, Any]] | None = None
 
 
 @dataclass(slots=True)

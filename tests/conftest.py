@@ -8,6 +8,7 @@ by the migrations.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -269,3 +270,28 @@ def wait_for(predicate, timeout: float = 30, interval: float = 0.05):
             return value
         time.sleep(interval)
     pytest.fail(f"condition not met within {timeout}s")
+
+
+@contextlib.contextmanager
+def refusing(conn, name: str, before: str, when: str, sqlstate: str = "22023"):
+    """While open, a trigger ``name`` makes the database refuse the rows of
+    ``before`` (``"INSERT ON awa.table"``) for which ``when`` (SQL over
+    ``NEW``) holds, with ``sqlstate`` (a data exception by default) and
+    ``name`` as the message."""
+    conn.execute(
+        f"""
+        CREATE FUNCTION awa.{name}() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF {when} THEN
+                RAISE EXCEPTION '{name}' USING ERRCODE = '{sqlstate}';
+            END IF;
+            RETURN NEW;
+        END $$;
+        CREATE TRIGGER {name} BEFORE {before} FOR EACH ROW EXECUTE FUNCTION awa.{name}();
+        """
+    )
+    try:
+        yield
+    finally:
+        table = before.split(" ON ", 1)[1]
+        conn.execute(f"DROP TRIGGER {name} ON {table}; DROP FUNCTION awa.{name}()")

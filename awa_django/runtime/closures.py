@@ -149,18 +149,31 @@ UNSTORABLE = "awa_django.UnstorableOutcome"
 MAX_UNSTORABLE_DETAIL = 500
 
 
-def unstorable(job: ClaimedJob, closure: Closure, exc: BaseException, *, dlq: bool) -> Closure:
-    """What to write instead of ``closure`` when the database refused it for
-    a reason a retry would not cure: the attempt failed (or moved to the
-    DLQ), its history saying why.  Progress and result are left out (one of
-    them may be what was refused); the error history is the one the claim
-    read, which the database accepted once already.
+def unstorable(
+    job: ClaimedJob, closure: Closure, exc: BaseException, *, dlq: bool, permanent: bool = True
+) -> Closure:
+    """What to write instead of ``closure`` when the database refused it
+    even alone, its history saying why (an :data:`UNSTORABLE` entry).
+
+    ``permanent`` (the closure's values were refused: see
+    :func:`~.completer.refused_for_good`): the attempt failed, or moved to
+    the DLQ.  Otherwise (a refusal that outlasted its retries) the attempt
+    is retried while attempts remain, as if it had raised.  A cancellation
+    stays a cancellation either way, its reason replaced by that entry.
+    Progress and result are left out (one of them may be what was refused);
+    the error history is the one the claim read, which the database
+    accepted once already.
     """
     detail = clean_text(f"{type(exc).__name__}: {_text_of(exc)}")[:MAX_UNSTORABLE_DETAIL]
     message = f"the {closure.outcome} outcome of this attempt could not be stored ({detail})"
     entry = error_entry(job, None, message)
     entry["type"] = UNSTORABLE
-    fallback = failed(job, entry, dlq=dlq, reason="outcome could not be stored")
+    if closure.target == CANCELLED:
+        fallback = _base(job, CANCELLED, CANCELLED, errors=_history(job, entry), reason="cancelled")
+    elif permanent:
+        fallback = failed(job, entry, dlq=dlq, reason="outcome could not be stored")
+    else:
+        fallback = retry_or_fail(job, entry, None, dlq=dlq)
     fallback.leased = closure.leased
     return fallback
 
@@ -187,9 +200,42 @@ def handed_back(job: ClaimedJob | OpenReceipt, *, counted: bool = False) -> Clos
     attempt forever; counted, it reaches ``max_attempts`` and is then
     failed without running (:func:`~.executor.definition_for`).  The price
     is one attempt for a claim whose answer was lost, which is rare.
+
+    A counted hand-back appends a :data:`HANDED_BACK` entry to the error
+    history: that mark, not the count alone, is what makes the next claim
+    fail an attempt past the limit.  Other ways back at the same count (a
+    callback's ``retry``) run as a new attempt, as documented.
     """
-    attempt = job.attempt if counted else job.attempt - 1
-    return _base(job, SCHEDULED, "handed_back", run_at=_now(), attempt=attempt)
+    if not counted:
+        return _base(job, SCHEDULED, "handed_back", run_at=_now(), attempt=job.attempt - 1)
+    entry = error_entry_at(job.attempt, HANDED_BACK, "handed back: its runtime no longer ran it")
+    history = json.dumps([*(job.errors or []), entry], default=str)
+    return _base(job, SCHEDULED, "handed_back", run_at=_now(), attempt=job.attempt, errors=history)
+
+
+#: The error type of a counted hand-back (see :func:`handed_back`).
+HANDED_BACK = "awa_django.HandedBack"
+
+
+def error_entry_at(attempt: int, kind: str, message: str) -> dict[str, Any]:
+    """A history entry with no exception, for ``attempt``."""
+    return {
+        "attempt": attempt,
+        "type": kind,
+        "message": message,
+        "traceback": "",
+        "at": _now().isoformat(),
+    }
+
+
+def handed_back_past_limit(job: ClaimedJob) -> bool:
+    """Whether ``job`` came back through a counted hand-back of its last
+    attempt (its count is past ``max_attempts``, its history's last entry is
+    that hand-back's mark): it is failed without running."""
+    if job.attempt <= job.max_attempts or not job.errors:
+        return False
+    last = job.errors[-1]
+    return last.get("type") == HANDED_BACK and last.get("attempt") == job.attempt - 1
 
 
 def cancelled(job: ClaimedJob, reason: str) -> Closure:

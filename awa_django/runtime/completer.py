@@ -19,20 +19,25 @@ in ``stale`` and logged, never applied.
   has submitted: then waiting cannot grow the batch, and a 1-permit queue
   would pay the flush interval on every job.
 
-Errors (both twins, :meth:`Completer.submit_group`): a lost connection, a
-server shutting down or a transient conflict (deadlock, serialization
-failure) is retried as it is: the statement is idempotent per attempt, so
-a retry at worst reports our own closures as stale.  Any other error -- a
-value the database refuses, a statement timeout, a full disk -- is not
-retried: the batch is split in halves until the closures that fail on
-their own are found, so one bad closure never holds up or drops its 511
-batch-mates.  Each closure that fails alone is replaced by its *fallback*
-(see :meth:`Completer.set_fallback`: the attempt failed, or moved to the
-DLQ, with an error saying why its outcome could not be stored) and that is
-written instead; only if the fallback fails too is the error reported, and
-the attempt is left open for its hand-back (which is bounded, see
-:func:`~awa_django.runtime.closures.handed_back`).  A closure is never
-dropped silently and never retried forever.
+Errors (both twins, :meth:`Completer.submit_group`): a server that cannot
+be reached (no connection to be had) is waited for, retried with backoff
+for as long as it takes: no closure is at fault.  A connection lost during
+the statement, a server shutting down, a lost conflict (deadlock,
+serialization failure) or a transient refusal (statement timeout, lock
+timeout, class 53: disk full, out of memory) is retried as it is, with
+backoff, at most :data:`MAX_RETRIES` times in a row for one batch: the
+statement is idempotent per attempt, so a retry at worst reports our own
+closures as stale.  Past that, or on any other error, the batch is split in
+halves until the closures that fail on their own are found, so one bad
+closure never holds up or drops its 511 batch-mates.  Each closure that
+fails alone is replaced by its *fallback* (see
+:meth:`Completer.set_fallback`; the worker's is
+:func:`~awa_django.runtime.closures.unstorable`: failed or DLQ for a value
+the database refuses, see :func:`refused_for_good`; otherwise a retry while
+attempts remain) and that is written instead; only if the fallback fails
+too is the error reported, and the attempt is left open for its hand-back
+(which is bounded, see :func:`~awa_django.runtime.closures.handed_back`).
+A closure is never dropped silently and never retried forever.
 
 A dispatcher hands in the closures of a whole claim at once
 (:meth:`Completer.submit_group`): they wait as one group, under one future,
@@ -51,11 +56,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from asyncio import FIRST_COMPLETED
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import psycopg
+from psycopg_pool import PoolTimeout
 
 from ..records import Closure
 from ..storage import AsyncRunner
@@ -67,7 +74,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("awa_django.worker")
 
+#: First retry delay of a flush; doubled on each retry up to MAX_RETRY_DELAY.
 RETRY_DELAY = 0.5
+MAX_RETRY_DELAY = 5.0
+#: Consecutive retries of one batch before it is split.
+MAX_RETRIES = 5
 
 #: Builds the closure written instead of one the database refused (or None
 #: when there is none to write): ``fallback(closure, error)``.
@@ -79,8 +90,8 @@ def retryable(exc: BaseException) -> bool:
     connection was lost or never made, the server is shutting down, or the
     transaction lost a conflict (deadlock, serialization failure).
 
-    Other operational errors -- a statement timeout, a full disk, a lock
-    timeout -- would fail the same way again: they are not retried.
+    Transient refusals (:func:`transient`) may too, after a while; anything
+    else would fail the same way again.
     """
     if not isinstance(exc, psycopg.Error):
         return False
@@ -91,10 +102,53 @@ def retryable(exc: BaseException) -> bool:
     return state[:2] in _RETRYABLE_CLASSES or state in _RETRYABLE_STATES
 
 
+def unreachable(exc: BaseException) -> bool:
+    """Whether the statement never reached a server: no connection could be
+    had.  No closure can be at fault, so the batch is neither split nor
+    given up on."""
+    if isinstance(exc, PoolTimeout):
+        return True
+    return isinstance(exc, psycopg.Error) and exc.sqlstate in _UNREACHABLE_STATES
+
+
+def transient(exc: BaseException) -> bool:
+    """A refusal that says nothing about the closures and may pass: a
+    statement timeout (57014), a lock timeout (55P03), insufficient
+    resources (class 53: disk full, out of memory, too many connections)."""
+    if not isinstance(exc, psycopg.Error) or exc.sqlstate is None:
+        return False
+    state = exc.sqlstate
+    return state in _TRANSIENT_STATES or state[:2] == "53"
+
+
+def refused_for_good(exc: BaseException) -> bool:
+    """Whether the database (or psycopg, encoding the parameters) refused a
+    closure's values: a data exception (class 22), an integrity violation
+    (23), a value over a limit (54), or an error raised client-side before
+    anything was sent.  Such a closure fails the same way every time; its
+    attempt ends failed (see :func:`~.closures.unstorable`)."""
+    if not isinstance(exc, psycopg.Error):
+        return True  # encoding the parameters (UnicodeEncodeError, TypeError, ...)
+    state = exc.sqlstate
+    if state is None:
+        return isinstance(exc, psycopg.DataError)
+    return state[:2] in _REFUSED_CLASSES
+
+
 #: Connection exceptions and transaction rollbacks (deadlock, serialization).
 _RETRYABLE_CLASSES = frozenset({"08", "40"})
 #: Admin shutdown, crash shutdown, cannot connect now.
 _RETRYABLE_STATES = frozenset({"57P01", "57P02", "57P03"})
+#: Cannot connect now, unable to connect, connection rejected.
+_UNREACHABLE_STATES = frozenset({"57P03", "08001", "08004"})
+#: Statement timeout (query canceled), lock not available.
+_TRANSIENT_STATES = frozenset({"57014", "55P03"})
+#: Data exception, integrity constraint violation, program limit exceeded.
+_REFUSED_CLASSES = frozenset({"22", "23", "54"})
+
+
+def _backoff(retries: int) -> float:
+    return min(RETRY_DELAY * 2.0**retries, MAX_RETRY_DELAY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,9 +161,19 @@ class CompletionEvent:
 
 Listener = Callable[[Sequence[CompletionEvent]], None]
 
+
 #: What a group reports for each closure: applied (True), stale (False), or
 #: the error that kept it from being written.
-Outcome = bool | Exception
+@dataclass(frozen=True, slots=True)
+class Replaced:
+    """The outcome of a closure the database refused: its fallback
+    ``closure`` was written instead (``applied`` False: it was stale)."""
+
+    closure: Closure
+    applied: bool
+
+
+Outcome = bool | Exception | Replaced
 
 
 class _Group:
@@ -142,6 +206,8 @@ class Completer:
         self._fallback: Fallback | None = None
         #: Closures the database refused and whose fallback was written instead.
         self.replaced = 0
+        #: Flushes sent again after a retryable or transient error.
+        self.retried = 0
 
     def set_fallback(self, fallback: Fallback) -> None:
         """Write ``fallback(closure, error)`` instead of a closure that fails
@@ -184,13 +250,33 @@ class Completer:
 
     async def submit_group(self, closures: Sequence[Closure]) -> list[Outcome]:
         """Close these attempts (with whatever else is flushed meanwhile); one
-        outcome each, in order: applied, stale, or the error that kept it
-        from being written."""
+        outcome each, in order: applied, stale, :class:`Replaced` (its
+        fallback was written), or the error that kept it from being written."""
         if not closures:
             return []
-        written, won, failed = await self._close(list(closures))
-        applied = iter(self._settle(written, won))
-        return [failed.get((c.job_id, c.run_lease)) or next(applied) for c in closures]
+        closures = list(closures)
+        written, won, failed = await self._close(closures)
+        return self._answers(closures, written, won, failed)
+
+    def _answers(
+        self,
+        closures: list[Closure],
+        written: list[Closure],
+        won: set[tuple[int, int]],
+        failed: dict[tuple[int, int], Exception],
+    ) -> list[Outcome]:
+        """Each closure's answer, in order, once ``_close`` wrote them."""
+        if not failed and written is closures:
+            return list(self._settle(closures, won))
+        # Some closures failed, or were split up and maybe replaced by
+        # their fallbacks: match each answer to its submitter by attempt.
+        originals = {(c.job_id, c.run_lease): c for c in closures}
+        answers: dict[tuple[int, int], Outcome] = dict(failed)
+        for closure, ok in zip(written, self._settle(written, won), strict=True):
+            key = (closure.job_id, closure.run_lease)
+            answers[key] = ok if originals.get(key) is closure else Replaced(closure, ok)
+        missing = RuntimeError("the completer lost this closure")
+        return [answers.get((c.job_id, c.run_lease), missing) for c in closures]
 
     async def start(self) -> None:
         return None
@@ -203,51 +289,86 @@ class Completer:
         """Closures submitted and not yet written (or failed)."""
         return 0
 
-    async def flush(self) -> None:
-        """Return once every closure submitted so far is written (or failed)."""
-        return None
+    async def flush(self, timeout: float | None = None) -> bool:
+        """Return once every closure submitted so far is written (or failed):
+        True, or False if ``timeout`` passed first."""
+        return True
+
+    def queued(self) -> set[tuple[int, int]]:
+        """The attempts, as ``(job_id, run_lease)``, whose closures are
+        submitted and not yet written."""
+        return set()
 
     async def run_once(self) -> int:
         """Flush what is pending; returns how many closures were written."""
         return 0
 
     async def _close(
-        self, closures: list[Closure]
+        self, closures: list[Closure], budget: list[int] | None = None, *, replace: bool = True
     ) -> tuple[list[Closure], set[tuple[int, int]], dict[tuple[int, int], Exception]]:
         """Write ``closures`` (see "Errors" above); returns the closures
         written (a fallback in place of the one it replaced), the attempts
-        that won, and the errors of those that could not be written at all."""
+        that won, and the errors of those that could not be written at all.
+
+        ``budget`` holds the retries left to the halves of a split batch:
+        they (and the fallbacks) share what their batch did not use, so a
+        split never multiplies the retries (a server that cannot be reached is waited for apart).
+        ``replace`` False reports a closure that fails alone instead of
+        writing its fallback (a fallback has none).
+        """
+        if budget is None:
+            budget = [MAX_RETRIES]
+        waited = 0
         while True:
             try:
                 return closures, await self._run(close_attempts(closures)), {}
             except Exception as exc:
-                if retryable(exc):
-                    log.warning("completion flush failed (%s); retrying", exc)
-                    await asyncio.sleep(RETRY_DELAY)
+                if unreachable(exc):
+                    log.warning("completion flush failed (%s); waiting for the server", exc)
+                    await asyncio.sleep(_backoff(waited))
+                    waited += 1
+                    continue
+                if budget[0] > 0 and (retryable(exc) or transient(exc)):
+                    retries = MAX_RETRIES - budget[0]
+                    budget[0] -= 1
+                    self.retried += 1
+                    log.warning(
+                        "completion flush of %s closures failed (%s); retry %s of %s",
+                        len(closures),
+                        exc,
+                        retries + 1,
+                        MAX_RETRIES,
+                    )
+                    await asyncio.sleep(_backoff(retries))
                     continue
                 if len(closures) > 1:
                     half = len(closures) // 2
-                    first, won, errors = await self._close(closures[:half])
-                    second, more_won, more = await self._close(closures[half:])
+                    first, won, errors = await self._close(closures[:half], budget)
+                    second, more_won, more = await self._close(closures[half:], budget)
                     return first + second, won | more_won, {**errors, **more}
-                return await self._fall_back(closures[0], exc)
+                if not replace:
+                    return [], set(), {(closures[0].job_id, closures[0].run_lease): exc}
+                return await self._fall_back(closures[0], exc, budget)
 
     async def _fall_back(
-        self, closure: Closure, exc: Exception
+        self, closure: Closure, exc: Exception, budget: list[int]
     ) -> tuple[list[Closure], set[tuple[int, int]], dict[tuple[int, int], Exception]]:
         key = (closure.job_id, closure.run_lease)
         log.error("job %s: its completion cannot be written: %s", closure.job_id, exc)
-        fallback = self._fallback(closure, exc) if self._fallback is not None else None
+        try:
+            fallback = self._fallback(closure, exc) if self._fallback is not None else None
+        except Exception:
+            log.exception("job %s: building its fallback closure failed", closure.job_id)
+            fallback = None
         if fallback is not None:
-            while True:
-                try:
-                    won = await self._run(close_attempts([fallback]))
-                except Exception as again:
-                    if retryable(again):
-                        await asyncio.sleep(RETRY_DELAY)
-                        continue
-                    log.error("job %s: its fallback closure failed too: %s", closure.job_id, again)
-                    break
+            _, won, failed = await self._close([fallback], budget, replace=False)
+            if failed:
+                log.error(
+                    "job %s: its fallback closure failed too: %s",
+                    closure.job_id,
+                    next(iter(failed.values())),
+                )
+            else:
                 self.replaced += 1
                 log.error(
                     "job %s: closed as %s instead (the attempt's outcome was not stored)",
@@ -306,6 +427,8 @@ class BatchCompleter(Completer):
         (outcome,) = await self._enqueue([closure])
         if isinstance(outcome, Exception):
             raise outcome
+        if isinstance(outcome, Replaced):
+            return outcome.applied
         return outcome
 
     async def submit_group(self, closures: Sequence[Closure]) -> list[Outcome]:
@@ -361,8 +484,10 @@ class BatchCompleter(Completer):
     def unwritten(self) -> int:
         return len(self._pending) + len(self._writing)
 
-    async def flush(self) -> None:
-        """Return once every closure submitted so far is written (or failed).
+    async def flush(self, timeout: float | None = None) -> bool:
+        """Return once every closure submitted so far is written (or failed):
+        True, or False when ``timeout`` passed first or the loop that writes
+        them is gone.
 
         Shutdown calls this before it hands back what is still running: an
         attempt whose handler finished may have its closure waiting here (a
@@ -371,50 +496,76 @@ class BatchCompleter(Completer):
         have taken their answers when this returns.
         """
         futures = {id(g.future): g.future for _, g, _ in [*self._writing, *self._pending]}
-        if futures:
-            self._arrived.set()
-            if self._filling is not None:
-                _resolve(self._filling)
-            await asyncio.wait(futures.values())
+        if not futures:
+            return True
+        task = self._task
+        if task is None or task.done():
+            log.error("%s completions cannot be written: the completer is stopped", len(futures))
+            return False
+        self._arrived.set()
+        if self._filling is not None:
+            _resolve(self._filling)
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        waiting: set[asyncio.Future[Any]] = set(futures.values())
+        while waiting:
+            left = None if deadline is None else deadline - loop.time()
+            if task.done() or (left is not None and left <= 0):
+                log.error("%s completions were not written in time", len(waiting))
+                return False
+            await asyncio.wait([*waiting, task], timeout=left, return_when=FIRST_COMPLETED)
+            waiting = {f for f in waiting if not f.done()}
+        return True
+
+    def queued(self) -> set[tuple[int, int]]:
+        """The attempts, as ``(job_id, run_lease)``, whose closures are
+        submitted and not yet written."""
+        return {(c.job_id, c.run_lease) for c, _, _ in [*self._writing, *self._pending]}
 
     async def run_once(self) -> int:
-        """Flush up to one batch now; returns how many closures were written."""
+        """Flush up to one batch now; returns how many closures were written.
+
+        Every closure of the batch gets an answer, whatever happens: an
+        error here is delivered to their submitters rather than ending the
+        loop with their permits held.
+        """
         size = self.config.batch_size
         batch, self._pending = self._pending[:size], self._pending[size:]
         if not batch:
             return 0
         closures = [closure for closure, _, _ in batch]
         self._writing = batch
+        written: list[Closure] = []
         try:
             written, won, failed = await self._close(closures)
+            outcomes = self._answers(closures, written, won, failed)
+        except Exception as exc:
+            log.exception("completer: a batch of %s closures could not be written", len(batch))
+            outcomes = [exc] * len(batch)
         finally:
             self._writing = []
-        if failed or written is not closures:
-            # Some closures failed, or were split up and maybe replaced by
-            # their fallbacks: match each answer to its submitter by attempt.
-            waiting = {(c.job_id, c.run_lease): (group, index) for c, group, index in batch}
-            for key, error in failed.items():
-                group, index = waiting.pop(key)
-                group.deliver(index, error)
-            applied = self._settle(written, won)
-            for closure, ok in zip(written, applied, strict=True):
-                group, index = waiting.pop((closure.job_id, closure.run_lease))
-                group.deliver(index, ok)
-            return len(written)
-        for (_, group, index), ok in zip(batch, self._settle(closures, won), strict=True):
-            group.deliver(index, ok)
-        return len(batch)
+        for (_, group, index), outcome in zip(batch, outcomes, strict=True):
+            group.deliver(index, outcome)
+        return len(written)
 
     async def _loop(self) -> None:
-        while True:
-            await self._arrived.wait()
-            self._arrived.clear()
-            if not self._closing:
-                await self._fill()
-            while self._pending:
-                await self.run_once()
-            if self._closing:
-                return
+        try:
+            while True:
+                await self._arrived.wait()
+                self._arrived.clear()
+                if not self._closing:
+                    await self._fill()
+                while self._pending:
+                    await self.run_once()
+                if self._closing:
+                    return
+        finally:
+            # Ended by an error (or cancelled): nobody will write what is
+            # left, so its submitters hear it rather than wait forever.
+            left, self._pending = self._pending, []
+            gone = RuntimeError("the completer stopped before writing this closure")
+            for _, group, index in left:
+                group.deliver(index, gone)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

@@ -69,7 +69,7 @@ from ..storage.attempts import claim, claim_nonce
 from ..stripes import Rotation
 from . import eager
 from .atomic import Settled
-from .completer import Completer
+from .completer import Completer, Replaced
 from .config import QueuePolicy
 from .executor import Executor, context_for, definition_for
 from .leases import LeaseHub
@@ -445,13 +445,14 @@ class Dispatcher:
         self.permits.release(wanted - len(jobs))
         if bucket is not None:
             bucket.refund(wanted - len(jobs))
-        if fleet is not None and len(jobs) < wanted:
-            await self._run(rate_store.refund(self.policy.name, wanted - len(jobs), fleet.burst))
+        refund = wanted - len(jobs) if fleet is not None else 0
         self._short[loop] = len(jobs) < wanted
         if self._short[loop]:
             self._quiet.set()
         self.permits.busy(not self._short[loop])
         if not jobs:
+            if refund:
+                await self._refund_fleet(refund)
             return jobs
         event_loop = asyncio.get_running_loop()
         batch = ClaimBatch([context_for(job, self._leases) for job in jobs])
@@ -465,7 +466,28 @@ class Dispatcher:
         inflight = self.inflight
         for job, ctx in zip(jobs, batch.contexts, strict=True):
             inflight[(job.job_id, job.run_lease, job.claim_nonce)] = (job, ctx, task)
+        if refund:
+            # After the registration: whatever becomes of the refund, the
+            # jobs claimed run and their permits come back.
+            await self._refund_fleet(refund)
         return jobs
+
+    async def _refund_fleet(self, count: int) -> None:
+        """Give back ``count`` fleet rate tokens a claim took and did not use.
+        A failure is logged, not raised: the fleet then runs that many
+        fewer jobs until its bucket refills."""
+        fleet = _fleet_rate(self.policy)
+        if fleet is None:  # an override lifted it meanwhile
+            return
+        try:
+            await self._run(rate_store.refund(self.policy.name, count, fleet.burst))
+        except Exception as exc:
+            log.warning(
+                "queue %s: could not give back %s unused fleet rate tokens: %s",
+                self.policy.name,
+                count,
+                exc,
+            )
 
     def _count_claim(self, loop: int, claimed: int) -> None:
         """Count a claim statement; a notified one (or any that found work)
@@ -694,7 +716,10 @@ class Dispatcher:
                 continue
             if CONCURRENCY_KEY in job.metadata:
                 self._slot_freed.set()
-            closes.append((job, closure, outcome))
+            if type(outcome) is Replaced:  # its fallback was written instead
+                closes.append((job, outcome.closure, outcome.applied))
+            else:
+                closes.append((job, closure, cast("bool", outcome)))
         if closes and observers.active:
             observers.closed_many(closes, time.perf_counter() - began)
         for attempt in attempts or ():
@@ -743,10 +768,15 @@ class Dispatcher:
                 released = True
                 self._unflushed += 1
                 try:
-                    applied = await self._completer.submit(outcome)
+                    (answer,) = await self._completer.submit_group([outcome])
                 finally:
                     self._unflushed -= 1
                     self._flushed.set()
+                if isinstance(answer, Exception):
+                    raise answer
+                if type(answer) is Replaced:  # its fallback was written instead
+                    outcome, answer = answer.closure, answer.applied
+                applied = cast("bool", answer)
                 if CONCURRENCY_KEY in job.metadata:
                     self._slot_freed.set()
                 if observers.active:

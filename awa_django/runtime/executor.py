@@ -31,7 +31,15 @@ from ..observability.hooks import observers
 from ..outcomes import Cancel, WaitForCallback
 from ..records import COMPLETED, ClaimedJob, Closure
 from .atomic import Settled, close_in_transaction
-from .closures import cancelled, completed, error_entry, failed, not_parked, raised
+from .closures import (
+    cancelled,
+    completed,
+    error_entry,
+    failed,
+    handed_back_past_limit,
+    not_parked,
+    raised,
+)
 from .leases import AttemptLease, LeaseHub
 from .threads import HandlerThreads, ResultSink
 
@@ -209,10 +217,11 @@ def definition_for(job: ClaimedJob, *, dlq: bool) -> Job[..., Any] | Closure:
     """The definition that runs ``job``, or the failed closure of an attempt
     none can run: a kind this process does not know (after importing the
     module the job names, see ``registry.find``), or arguments that no
-    longer fit the handler -- or an attempt past ``max_attempts`` (an
-    orphaned receipt is handed back counted, see
-    :func:`~.closures.handed_back`: its count can pass the limit)."""
-    if job.attempt > job.max_attempts:
+    longer fit the handler -- or an orphaned receipt of the last attempt,
+    handed back counted (see :func:`~.closures.handed_back`: its count
+    passes the limit).  A callback's ``retry`` also brings a last attempt
+    back past the limit; that one runs, as a new attempt."""
+    if job.attempt > job.max_attempts and handed_back_past_limit(job):
         message = f"handed back after its last attempt ({job.max_attempts})"
         log.error("job %s attempt %s: %s", job.job_id, job.attempt, message)
         return failed(job, error_entry(job, None, message), dlq=dlq, reason=message)

@@ -26,8 +26,9 @@ attempts -- stale-heartbeat rescue skips a live runtime, and a queue with
 both rings.  Receipts younger than one heartbeat interval are left alone,
 and so are those of a claim a dispatcher still has on its way (its nonce is
 in ``claiming`` from before the statement until its jobs are registered in
-flight): a claim whose response is late, or whose jobs wait for a refund of
-fleet rate tokens, is not orphaned however old its ``claimed_at``.  An
+flight): a claim whose response is late is not orphaned however old its
+``claimed_at`` (a claim's unused fleet rate tokens are given back only
+after its jobs are registered).  An
 orphan is handed back counted, so no attempt comes back uncounted forever
 (see :func:`~.closures.handed_back`).
 """

@@ -19,7 +19,10 @@ Shutdown (SIGTERM/SIGINT, or ``--burst`` finding nothing left):
 1. dispatchers stop claiming (never mid-claim);
 2. in-flight jobs get ``shutdown_timeout`` seconds to finish and complete;
    the completions of those that finished are then written (a slow flush
-   may still hold them), so none is handed back after its handler ran;
+   may still hold them; each flush waits at most until half of
+   ``STOP_GRACE`` past ``shutdown_timeout``), so none is handed back after
+   its handler ran -- nor one that finished during that flush: an attempt
+   whose closure is queued in the completer is written, not handed back;
 3. whatever is still running is handed back: its context is cancelled and
    its attempt closed as ``handed_back`` into ``deferred_jobs`` due now and
    uncounted, so another worker runs it again (a late completion from the
@@ -62,7 +65,7 @@ from ..storage import AsyncRunner
 from ..storage import stripes as stripe_store
 from ..storage.attempts import queues_have_work
 from .closures import handed_back, unstorable
-from .completer import BatchCompleter
+from .completer import BatchCompleter, refused_for_good
 from .config import PeriodicConfig, QueuePolicy, WorkerConfig
 from .dispatcher import Dispatcher
 from .executor import Executor
@@ -171,16 +174,24 @@ class Worker:
         self.completer.set_fallback(self._fallback)
 
     def _fallback(self, closure: Closure, exc: Exception) -> Closure | None:
-        """The closure the completer writes instead of one the database refused:
-        the attempt failed (or dead-lettered, as its queue says).  A
-        hand-back has none: the attempt stays open for the next one."""
+        """The closure the completer writes instead of one the database refused
+        (see :func:`~.closures.unstorable`): failed or dead-lettered, as its
+        queue says, when its values were refused; otherwise retried while
+        attempts remain.  A hand-back has none: the attempt stays open for
+        the next one."""
         if closure.outcome == "handed_back":
             return None
         key = (closure.job_id, closure.run_lease, closure.claim_nonce)
         for dispatcher in self.dispatchers:
             entry = dispatcher.inflight.get(key)  # type: ignore[arg-type]
             if entry is not None:
-                return unstorable(entry[0], closure, exc, dlq=dispatcher.policy.dlq)
+                return unstorable(
+                    entry[0],
+                    closure,
+                    exc,
+                    dlq=dispatcher.policy.dlq,
+                    permanent=refused_for_good(exc),
+                )
         return None
 
     def _permits_for(self, policy: QueuePolicy) -> Permits | SharedPermits:
@@ -378,6 +389,10 @@ class Worker:
                 dispatcher.stripes.add(extra)
 
     async def _drain_inflight(self) -> None:
+        loop = asyncio.get_running_loop()
+        # Completions may take half the grace beyond shutdown_timeout; the
+        # hand-back and the completer's stop need the rest.
+        flushed_by = loop.time() + self.config.shutdown_timeout + STOP_GRACE / 2
         tasks = [task for d in self.dispatchers for _, _, task in d.inflight.values()]
         if tasks:
             log.info(
@@ -393,24 +408,37 @@ class Worker:
                 "writing %s completions before handing back what still runs",
                 self.completer.unwritten,
             )
-            await self.completer.flush()
-        leftovers = [entry for d in self.dispatchers for entry in d.inflight.values()]
-        if not leftovers:
-            return
-        for _job, ctx, task in leftovers:
-            ctx.cancel()
-            task.cancel()
-        closures = [
-            replace(
-                handed_back(job),
-                progress=ctx.progress_snapshot()[1],
-                leased=is_leased(ctx),
-            )
-            for job, ctx, _ in leftovers
-        ]
-        results = await self.completer.submit_many(closures)
-        self.handed_back = sum(results)
-        log.warning("handed back %s unfinished jobs", self.handed_back)
+            await self.completer.flush(max(flushed_by - loop.time(), 0.0))
+        # A handler that finished during that flush has its closure queued
+        # behind it, and is still in flight until it is written: not
+        # unfinished either.  No await from here to the hand-back's submission.
+        queued = self.completer.queued()
+        leftovers = []
+        finishing = 0
+        for d in self.dispatchers:
+            for entry in d.inflight.values():
+                if (entry[0].job_id, entry[0].run_lease) in queued:
+                    finishing += 1
+                else:
+                    leftovers.append(entry)
+        if leftovers:
+            for _job, ctx, task in leftovers:
+                ctx.cancel()
+                task.cancel()
+            closures = [
+                replace(
+                    handed_back(job),
+                    progress=ctx.progress_snapshot()[1],
+                    leased=is_leased(ctx),
+                )
+                for job, ctx, _ in leftovers
+            ]
+            results = await self.completer.submit_many(closures)
+            self.handed_back = sum(results)
+            log.warning("handed back %s unfinished jobs", self.handed_back)
+        if finishing:
+            log.info("writing %s completions that arrived while flushing", finishing)
+            await self.completer.flush(max(flushed_by - loop.time(), 0.0))
 
 
 async def close_handler_connections() -> None:

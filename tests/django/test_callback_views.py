@@ -347,9 +347,12 @@ def callback_of(job_id: int) -> uuid.UUID | None:
     return info.callback_id if info is not None else None
 
 
-def parked(queue: str, count: int = 1, timeout: float = 60.0) -> list[tuple[int, uuid.UUID]]:
+def parked(
+    queue: str, count: int = 1, timeout: float = 60.0, max_attempts: int = 3
+) -> list[tuple[int, uuid.UUID]]:
     """``count`` jobs parked in waiting_external by a real worker: (job id, callback id)."""
-    ids = awa_django.enqueue_many([park.using(queue=queue).prepare(timeout) for _ in range(count)])
+    parking = park.using(queue=queue, max_attempts=max_attempts)
+    ids = awa_django.enqueue_many([parking.prepare(timeout) for _ in range(count)])
     run_burst(queue)
     wait_for(lambda: all(ops.get_job(i).state == "waiting_external" for i in ids))
     found = []
@@ -413,6 +416,20 @@ def test_retry_runs_the_job_again_and_the_old_id_goes_stale(committed, queue):
     assert post(new_id, "complete", {"payload": 2}).status_code == 200
     info = ops.get_job(job_id)
     assert (info.state, info.attempt, info.return_value) == ("completed", 2, 2)
+
+
+def test_retry_at_the_last_attempt_runs_the_job_again(committed, queue):
+    """The documented promise holds at ``max_attempts`` too: a new attempt
+    runs (it used to be failed without running, past the limit)."""
+    ((job_id, callback_id),) = parked(queue, max_attempts=1)
+    assert post(callback_id, "retry", b"").status_code == 200
+
+    run_burst(queue)  # the new attempt runs, and parks again
+    wait_for(lambda: state(job_id) in ("waiting_external", "failed"))
+    info = ops.get_job(job_id)
+    assert (info.state, info.attempt) == ("waiting_external", 2)
+    assert post(info.callback_id, "complete", {"payload": 2}).status_code == 200
+    assert state(job_id) == "completed"
 
 
 def test_resume_of_a_parked_attempt_completes_it(committed, queue):

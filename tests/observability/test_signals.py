@@ -10,11 +10,11 @@ from django.test import override_settings
 from testapp import jobs
 from testapp.models import Execution
 
-from awa_django import signals
+from awa_django import ops, signals
 from awa_django.observability.hooks import observers
 from awa_django.observability.signals import SignalObserver
 from awa_django.runtime.worker import Worker
-from tests.conftest import run_burst, worker_config
+from tests.conftest import refusing, run_burst, worker_config
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -182,3 +182,31 @@ def test_with_no_receiver_nothing_is_built_or_handed_over(queue):
     jobs.plain.using(queue=queue).enqueue(1)
     run_burst(queue)
     assert observer.delivery._items.unfinished_tasks == before == 0
+
+
+@pytest.fixture
+def completions_refused(raw_conn, queue):
+    """Completions on ``queue`` refused by the database (a data exception,
+    raised by a trigger): their attempts are stored as failed instead."""
+    with refusing(
+        raw_conn,
+        "test_refuse_completion",
+        "INSERT ON awa.receipt_completion_batches",
+        f"NEW.queue = '{queue}'",
+    ):
+        yield
+
+
+def test_a_completion_stored_as_failed_is_reported_failed(queue, recorder, completions_refused):
+    """The completer wrote the fallback (failed) of a completion the database
+    refused; signals (and metrics) used to report the completion."""
+    recorder.connect("job_completed", "job_failed")
+    ref = jobs.plain.using(queue=queue).enqueue(1, b=2)
+
+    worker = run_burst(queue)
+
+    assert worker.completer.replaced == 1
+    assert ops.get_job(ref.id).state == "failed"
+    assert recorder.named("job_completed") == []
+    (failure,) = recorder.named("job_failed")
+    assert failure["job_id"] == ref.id and "could not be stored" in failure["error"]

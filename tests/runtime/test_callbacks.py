@@ -116,6 +116,29 @@ def test_fail_and_retry_external(worker, queue):
         ops.retry_external(retry_id)  # the first attempt's id is stale
 
 
+def test_retry_at_the_last_attempt_runs_the_job_again(worker, queue):
+    """``retry`` is a new attempt even past ``max_attempts`` (the callback
+    docs' promise): it used to come back counted past the limit and be
+    failed without running, like a counted orphan hand-back."""
+    ref = jobs.park.using(queue=queue, max_attempts=1).enqueue()
+    worker()
+    first = parked(ref.id)
+
+    ops.retry_external(first)
+    second = wait_for(
+        lambda: (
+            (i := ops.get_job(ref.id)) and i.state == "waiting_external" and i.attempt == 2 and i
+        )
+    )
+    assert second.callback_id != first
+    assert sorted(Execution.objects.filter(job_id=ref.id).values_list("attempt", flat=True)) == [
+        1,
+        2,
+    ]
+    ops.complete_external(second.callback_id)
+    assert state(ref.id) == "completed"
+
+
 def test_unknown_and_malformed_callback_ids():
     with pytest.raises(CallbackNotFound):
         ops.complete_external(uuid.uuid4())

@@ -58,9 +58,14 @@ DELETE FROM awa.runtime_instances WHERE id = %s
 -- name: orphaned_receipts
 -- Open receipts of one runtime claimed before a grace period: the runtime
 -- compares them with what it runs (a claim whose response was lost leaves
--- receipts nobody runs).
-SELECT r.claim_slot, r.batch_id, r.item, r.job_id, r.run_lease, r.attempt, b.claim_nonce
+-- receipts nobody runs).  The job's error history comes along: a counted
+-- hand-back appends an entry to it (see closures.handed_back).
+SELECT r.claim_slot, r.batch_id, r.item, r.job_id, r.run_lease, r.attempt, b.claim_nonce,
+       e.errors
   FROM awa.open_receipts r
   JOIN awa.lease_claim_batches b ON b.claim_slot = r.claim_slot AND b.batch_id = r.batch_id
+  LEFT JOIN awa.ready_entries e
+    ON e.ready_slot = r.ready_slot AND e.queue = r.queue AND e.priority = r.priority
+   AND e.shard = r.shard AND e.lane_seq = r.lane_seq
  WHERE r.runtime_id = %s AND r.claimed_at < clock_timestamp() - make_interval(secs => %s)
  ORDER BY r.batch_id, r.item
