@@ -568,10 +568,11 @@ class Dispatcher:
     async def _run_batch(self, jobs: list[ClaimedJob], batch: ClaimBatch) -> None:
         """Run the attempts of one claim, and close those that finished together.
 
-        Each attempt is started in place (:func:`.eager.start`): one whose
-        handler returns without waiting -- most short ``async def`` jobs --
-        is done at once, and the closures of all such attempts go to the
-        completer as one group.  An attempt that waits (an async handler
+        Each attempt is started at once in a task of its own
+        (:func:`.eager.start`, Python 3.12+): one whose handler returns
+        without waiting -- most short ``async def`` jobs -- is done there,
+        and the closures of all such attempts go to the completer as one
+        group.  An attempt that waits (an async handler
         awaiting I/O, a callback registration) carries on in a task of its
         own (:meth:`_finish`), closed on its own.  A plain function goes to
         a handler thread, whose result comes back to
@@ -601,7 +602,7 @@ class Dispatcher:
                 executor.start_on_thread(definition, job, ctx, attempt)
                 continue
             try:
-                done, value, context = eager.start(
+                done, value = eager.start(
                     run(job, ctx, dlq=dlq, long_running=long_running, definition=definition)
                 )
             except BaseException as exc:
@@ -612,8 +613,8 @@ class Dispatcher:
                 self._forget(job, batch)
                 continue
             if not done:
-                rest = cast("eager.Rest[Closure | Settled | None]", value)
-                task = create_task(self._finish(job, ctx, batch, rest, began), context=context)
+                rest = cast("Awaitable[Closure | Settled | None]", value)
+                task = create_task(self._finish(job, ctx, batch, rest, began))
                 inflight[(job.job_id, job.run_lease, job.claim_nonce)] = (job, ctx, task)
             elif type(value) is Closure:
                 finished.append((job, value))
@@ -632,7 +633,7 @@ class Dispatcher:
         on) carries on in a task."""
         job, ctx, batch = attempt.job, attempt.ctx, attempt.batch
         try:
-            done, value, context = eager.start(
+            done, value = eager.start(
                 self._executor.finish_thread(
                     attempt.definition, job, ctx, value, error, dlq=self.policy.dlq
                 )
@@ -643,9 +644,9 @@ class Dispatcher:
             attempt.settle()
             return
         if not done:
-            rest = cast("eager.Rest[Closure | Settled | None]", value)
+            rest = cast("Awaitable[Closure | Settled | None]", value)
             task = asyncio.get_running_loop().create_task(
-                self._finish(job, ctx, batch, rest, attempt.began), context=context
+                self._finish(job, ctx, batch, rest, attempt.began)
             )
             self.inflight[(job.job_id, job.run_lease, job.claim_nonce)] = (job, ctx, task)
             attempt.settle()
@@ -756,7 +757,7 @@ class Dispatcher:
         job: ClaimedJob,
         ctx: JobContext,
         batch: ClaimBatch,
-        rest: eager.Rest[Closure | Settled | None],
+        rest: Awaitable[Closure | Settled | None],
         began: float,
     ) -> None:
         """The rest of an attempt that had to wait, then its own close."""

@@ -1,75 +1,54 @@
-"""Starting a coroutine without a task, and finishing it in one if it waits.
+"""Starting an attempt's coroutine at once, in a task of its own.
 
 Most no-op or cache-hit ``async def`` handlers never wait: the coroutine
-returns on its first step.  Wrapping each in an :class:`asyncio.Task`
-costs more than running it (the task object, a trip through the event
-loop's ready queue, a future for its result and another trip to deliver
-it), so the dispatcher runs each attempt of a claim with :func:`start`
-first: a coroutine that finishes there is done, and only one that waits
-gets a task, which carries on from where it stopped (:class:`Rest`).
-Python 3.12's ``asyncio.eager_task_factory`` does the same for every task;
-this is the same idea for the dispatcher's own attempts, on every supported
-Python.
+returns on its first step.  Scheduling each in a task costs more than
+running it (a trip through the event loop's ready queue, a future for its
+result and another trip to deliver it), so the dispatcher hands each
+attempt to :func:`start`: a coroutine that finishes on its first step is
+done there, and the closures of all such attempts of a claim close
+together; only one that waits is awaited further, in a task that closes it
+on its own.
 
-Each attempt starts in a copy of the current :mod:`contextvars` context, as
-a task would, and its task (if it needs one) keeps that context: what a
-handler sets in a context variable never leaks into the next attempt.
+The first step must run *inside its own task*: ``asyncio.timeout()``,
+``asyncio.TaskGroup`` and the connection pool's own timed waits bind to
+``asyncio.current_task()``.  Run bare, the first step either fails
+("Timeout should be used inside a task") or, worse, binds to whichever task
+called :func:`start` -- a timeout in a handler would then cancel the
+worker's claim loop.  Python 3.12's eager tasks (``eager_start=True``) run
+the first step inside the new task without a trip through the loop, so
+:func:`start` uses them there.  Python 3.11 has none: the coroutine is
+returned unstarted, and the caller's task runs all of it.
+
+Either way the attempt runs in a copy of the current :mod:`contextvars`
+context, as any task does: what a handler sets in a context variable never
+leaks into the next attempt.
 """
 
 from __future__ import annotations
 
-import contextvars
-from collections.abc import Coroutine, Generator
-from typing import Any, Generic, TypeVar
+import asyncio
+import sys
+from collections.abc import Awaitable, Coroutine
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-
-class Rest(Generic[T]):
-    """The rest of a coroutine that :func:`start` began: awaiting it drives
-    the coroutine on from the point where it first waited (what ``await``
-    would do, had the coroutine not been started already)."""
-
-    __slots__ = ("_coro", "_waiting_on")
-
-    def __init__(self, coro: Coroutine[Any, Any, T], waiting_on: Any) -> None:
-        self._coro = coro
-        self._waiting_on = waiting_on
-
-    def __await__(self) -> Generator[Any, Any, T]:
-        coro, value = self._coro, self._waiting_on
-        self._waiting_on = None
-        while True:
-            try:
-                sent = yield value
-            except GeneratorExit:
-                coro.close()
-                raise
-            except BaseException as exc:  # a cancellation, thrown in by the task
-                try:
-                    value = coro.throw(exc)
-                except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
-            else:
-                try:
-                    value = coro.send(sent)
-                except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
+#: True where :func:`start` runs the first step at once (Python 3.12+).
+EAGER = sys.version_info >= (3, 12)
 
 
-def start(
-    coro: Coroutine[Any, Any, T],
-) -> tuple[bool, T | Rest[T], contextvars.Context]:
-    """Run ``coro`` up to the first point where it waits.
+def start(coro: Coroutine[Any, Any, T]) -> tuple[bool, T | Awaitable[T]]:
+    """Run ``coro`` in a task of its own up to the first point where it waits.
 
-    Returns ``(True, result, context)`` when it finished there, else
-    ``(False, rest, context)``: await ``rest`` in a task created with
-    ``context=context`` to finish it.  An exception ``coro`` raises on that
-    first step propagates.
+    Returns ``(True, result)`` when it finished there, else ``(False,
+    rest)``: await ``rest`` (a task, or on Python 3.11 the unstarted
+    coroutine) in a task of the caller's to finish it; cancelling that task
+    cancels the attempt.  An exception ``coro`` raises on its first step
+    propagates.
     """
-    context = contextvars.copy_context()
-    try:
-        waiting_on = context.run(coro.send, None)
-    except StopIteration as stop:
-        return True, stop.value, context
-    return False, Rest(coro, waiting_on), context
+    if not EAGER:
+        return False, coro
+    task = asyncio.Task(coro, loop=asyncio.get_running_loop(), eager_start=True)  # type: ignore[call-arg]
+    if task.done():
+        return True, task.result()
+    return False, task

@@ -43,6 +43,19 @@ async def record_async(ctx, label: str = "async") -> str:
     return label
 
 
+@job(kind="testapp.timed_async", max_attempts=1)
+async def timed_async(seconds: float) -> bool:
+    """Bounds its own work with ``asyncio.timeout`` and a task group from
+    its first line: both bind to the attempt's own task.  Returns whether
+    that task is the attempt's alone (not the worker's claim loop)."""
+    own = asyncio.current_task()
+    async with asyncio.timeout(seconds):
+        async with asyncio.TaskGroup() as group:
+            group.create_task(asyncio.sleep(0))
+        await asyncio.sleep(30)  # ended by the timeout
+    return own is not None
+
+
 @job(kind="testapp.plain")
 def plain(a: int, b: int = 0) -> int:
     return a + b

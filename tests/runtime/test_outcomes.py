@@ -56,6 +56,22 @@ def test_sync_async_and_context_handlers_complete_with_return_values(queue):
     assert ops.queue_counts(queue)["completed"] == 3
 
 
+def test_an_async_handler_times_itself_out_in_its_own_task(queue):
+    """``asyncio.timeout`` and ``asyncio.TaskGroup`` on a handler's first
+    line bind to the attempt's task: the timeout fails that attempt alone,
+    and the worker's claim loop (the caller of the attempt's first step)
+    runs on to the next job."""
+    timed = jobs.timed_async.using(queue=queue).enqueue(0.05)
+    after = jobs.plain.using(queue=queue).enqueue(1, b=1)
+
+    run_burst(queue)
+
+    info = ops.get_job(timed.id)
+    assert info.state == "failed"
+    assert [e["type"] for e in info.errors] == ["builtins.TimeoutError"]
+    assert ops.get_job(after.id).state == "completed"
+
+
 def test_retry_after_counts_an_attempt_and_schedules_the_retry(queue):
     ref = jobs.retry_after.using(queue=queue).enqueue(3600)
     before = dt.datetime.now(dt.UTC)
