@@ -53,8 +53,8 @@ def main() -> None:
     from django.test.utils import setup_databases, teardown_databases
 
     import awa_django
-    from awa_django.benchmark.jobs import noop_async
     from awa_django.conf import awa_settings
+    from awa_django.management.bench import noop_async
     from awa_django.runtime.config import build_config
     from awa_django.runtime.worker import Worker
     from awa_django.storage.base import run

@@ -11,18 +11,15 @@ counters, ``awa_worker`` processes where a test kills one.  Handlers write
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 
 import pytest
 from django.contrib.auth.models import User
-from django.core.management import call_command
 from django.test import override_settings
 from testapp import jobs
 from testapp.models import Execution
 
 from awa_django import job, ops
-from awa_django.benchmark import atomic as bench_atomic
 from awa_django.jobs import registry
 from awa_django.runtime.worker import Worker
 from awa_django.testing import drain, enqueued_jobs
@@ -255,40 +252,3 @@ def test_the_documented_activation_commits_with_its_email_or_not_at_all(clean):
     assert (ready.is_active, early.is_active) == (True, False)
     emails = [j.args for j in ops.list_jobs(queue="email", kind=None, limit=10)]
     assert emails == [[ready.pk]]
-
-
-# --- awa_bench --atomic -------------------------------------------------------------------
-
-
-@worker_test
-def test_awa_bench_atomic_reports_the_drain_ratio(tmp_path, queue, clean):
-    report_path = tmp_path / "bench.json"
-    out = io.StringIO()
-    call_command(
-        "awa_bench",
-        "--jobs",
-        "100",
-        "--queue",
-        queue,
-        "--skip",
-        "enqueue",
-        "--skip",
-        "drain",
-        "--skip",
-        "latency",
-        "--atomic",
-        "--json",
-        str(report_path),
-        stdout=out,
-    )
-    result = json.loads(report_path.read_text())["results"]["atomic"]
-    assert result["rounds"] == bench_atomic.ROUNDS and result["jobs_per_round"] == 100
-    assert result["workers"] == bench_atomic.MAX_WORKERS  # --workers 512, capped
-    assert result["plain_jobs_per_s"] > 0 and result["atomic_jobs_per_s"] > 0
-    assert result["atomic_over_plain"] == pytest.approx(
-        result["atomic_jobs_per_s"] / result["plain_jobs_per_s"], rel=0.01
-    )
-    assert "atomic.atomic_over_plain" in out.getvalue()
-    counts = ops.queue_counts(queue)
-    assert counts["completed"] == 2 * 100 * bench_atomic.ROUNDS
-    assert counts["available"] == counts["running"] == counts["failed"] == 0

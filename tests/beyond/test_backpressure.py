@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import io
 import json
 import threading
 import uuid
@@ -20,8 +19,6 @@ from collections.abc import Callable, Iterator
 import psycopg
 import pytest
 from asgiref.sync import sync_to_async
-from django.core.management import call_command
-from django.core.management.base import CommandError
 from django.db import connection, connections, transaction
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
@@ -376,43 +373,6 @@ def test_async_producers_wait_on_the_event_loop(queue, reset_awa, sync_thread):
     assert caught.value.depth == 3 and caught.value.waited >= 0.05
     assert asyncio.run(ops.await_for_room(queue, 3, 0)) == 3
     assert asyncio.run(ops.aqueue_depth(queue)) == 3
-
-
-# --- the benchmark ------------------------------------------------------------------
-
-
-def test_the_oversupply_benchmark_runs_and_stays_bounded(tmp_path, queue, reset_awa):
-    report_path = tmp_path / "bench.json"
-    out = io.StringIO()
-    call_command(
-        "awa_bench",
-        "--oversupply",
-        "100",
-        "--jobs",
-        "300",
-        "--producers",
-        "2",
-        "--duration",
-        "1",
-        "--queue",
-        queue,
-        "--json",
-        str(report_path),
-        stdout=out,
-    )
-    result = json.loads(report_path.read_text())["results"]["oversupply"]
-    assert result["errors"] == [] and result["refused_batches"] == 0
-    assert result["offered_jobs_per_s"] == pytest.approx(3 * result["drain_jobs_per_s"], abs=1)
-    depth = result["depth"]
-    assert depth["samples"] > 0 and depth["bound"] == 100 + 2 * result["batch_size"]
-    assert depth["max"] <= depth["bound"] and depth["bounded"] == "yes"
-    assert "oversupply.depth.max" in out.getvalue()
-    assert ops.queue_depth(queue) == 0  # drained before it returned
-
-
-def test_the_oversupply_benchmark_rejects_a_negative_limit():
-    with pytest.raises(CommandError, match="--oversupply"):
-        call_command("awa_bench", "--oversupply", "-1")
 
 
 # --- the how-to's examples -----------------------------------------------------------

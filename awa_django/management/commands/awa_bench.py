@@ -1,5 +1,12 @@
 """``manage.py awa_bench``: enqueue, drain and latency figures for this database,
-or (``--backlog``, ``--serial``) focused figures of the claim/close hot path."""
+or (``--backlog``, ``--serial``) focused figures of the claim/close hot path.
+
+The default stages ship with the package (:mod:`awa_django.management.bench`).
+The focused stages and the comparisons (``--backlog``, ``--serial``,
+``--hot-queue``, ``--oversupply``, ``--telemetry``, ``--atomic``,
+``--concurrency``) live in the repository's ``bench/stages``: the command
+imports them when asked, and says so when they are not there.
+"""
 
 from __future__ import annotations
 
@@ -7,28 +14,25 @@ import argparse
 import contextlib
 import dataclasses
 import gc
+import importlib
 import json
-import platform
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import IO, Any, cast
 
-import django
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from awa_django.benchmark import concurrency, oversupply, workloads
-from awa_django.benchmark.workloads import BenchOptions
 from awa_django.conf import awa_settings
+from awa_django.management import bench as workloads
+from awa_django.management.bench import BenchOptions
 from awa_django.management.options import add_database_argument
 from awa_django.payload import check_queue
 from awa_django.runtime.worker import startup_heap_frozen
-from awa_django.storage import status
-from awa_django.storage.base import run
 from awa_django.stripes import MAX_STRIPES
 
 STAGES = ("enqueue", "drain", "latency")
@@ -36,6 +40,12 @@ TELEMETRY = ("on", "off", "both")
 DEFAULT_BACKLOG = "100,10000,100000"
 DEFAULT_SERIAL_JOBS = 2_000
 DEFAULT_HOT_JOBS = 4_000
+#: ``--oversupply`` without a value: the depth limit.
+DEFAULT_MAX_DEPTH = 2_000
+#: ``--concurrency`` without a value: 32 keys, 4 running attempts each.
+DEFAULT_CONCURRENCY = "32x4"
+#: Where the stages that are not part of the package live (a repository checkout).
+STAGES_PACKAGE = "bench.stages"
 
 
 def backlog_sizes(value: str) -> tuple[int, ...]:
@@ -62,6 +72,34 @@ def stripe_counts(value: str) -> tuple[int, ...]:
             f"{value!r}: expected comma-separated stripe counts 1 to {MAX_STRIPES}, e.g. 1,2,4"
         )
     return counts
+
+
+def keys_and_limit(value: str) -> tuple[int, int]:
+    """``--concurrency`` value: ``KEYSxLIMIT``, e.g. ``32x4``."""
+    try:
+        keys, limit = (int(part) for part in value.lower().split("x"))
+    except ValueError:
+        keys = limit = 0
+    if keys < 1 or not 1 <= limit <= 10_000:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: expected KEYSxLIMIT, e.g. {DEFAULT_CONCURRENCY}"
+        )
+    return keys, limit
+
+
+def repository_stage(name: str) -> ModuleType:
+    """``bench/stages/<name>.py`` of the repository, for the option that needs it."""
+    module = f"{STAGES_PACKAGE}.{name}"
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not module.startswith(exc.name):
+            raise
+        raise CommandError(
+            f"this stage runs from a checkout of the awa_django repository ({module} is "
+            "not part of the package): run testproject/manage.py there, or put the "
+            "checkout's root on PYTHONPATH"
+        ) from exc
 
 
 class Command(BaseCommand):
@@ -212,25 +250,25 @@ class Command(BaseCommand):
         parser.add_argument(
             "--oversupply",
             nargs="?",
-            const=oversupply.DEFAULT_MAX_DEPTH,
+            const=DEFAULT_MAX_DEPTH,
             type=int,
             metavar="N",
             help="Focused stage (the other stages are skipped): measure the drain rate of "
             "min(--jobs, 5000) 20 ms jobs, then "
             "have --producers threads offer 3x that rate for --duration seconds through "
             "enqueue_many(max_queue_depth=N) (default N "
-            f"{oversupply.DEFAULT_MAX_DEPTH}); samples the queue depth and reports its "
+            f"{DEFAULT_MAX_DEPTH}); samples the queue depth and reports its "
             "maximum against N.",
         )
         parser.add_argument(
             "--concurrency",
             nargs="?",
-            const=concurrency.keys_and_limit(concurrency.DEFAULT),
-            type=concurrency.keys_and_limit,
+            const=keys_and_limit(DEFAULT_CONCURRENCY),
+            type=keys_and_limit,
             metavar="KEYSxLIMIT",
             help="After the default stages, drain --jobs no-op jobs alternately unlimited and "
             "with a per-key concurrency limit (round-robin over KEYS keys, LIMIT running "
-            f"each; default {concurrency.DEFAULT}) and report throughput limited/unlimited. "
+            f"each; default {DEFAULT_CONCURRENCY}) and report throughput limited/unlimited. "
             "With --skip enqueue --skip drain --skip latency only this comparison runs.",
         )
         parser.add_argument("--json", metavar="PATH", help="Also write the report as JSON to PATH.")
@@ -279,6 +317,7 @@ class Command(BaseCommand):
         if options["oversupply"] is not None:
             if options["oversupply"] < 0:
                 raise CommandError("--oversupply needs a depth limit of 0 or more")
+            oversupply = repository_stage("oversupply")
             report = oversupply.report(bench, options["oversupply"], console.log)
             self._print(report)
             if options["json"]:
@@ -330,37 +369,28 @@ def run_benchmark(
         ) as progress,
     ):
         if bench.backlog or bench.serial_jobs or bench.hot_jobs:
-            _focused_stages(bench, results, progress)
+            repository_stage("hot_path").stage(bench, results, progress)
         else:
             _default_stages(bench, skip, results, progress)
             if telemetry == "both":
-                _telemetry_stage(bench, results, progress)
+                _telemetry_module().stage(bench, results, progress)
             if atomic:
-                from awa_django.benchmark import atomic as atomic_stage
-
-                atomic_stage.stage(bench, results, progress)
+                repository_stage("atomic").stage(bench, results, progress)
             if concurrency_keys is not None:
-                concurrency.stage(bench, concurrency_keys, results, progress)
+                repository_stage("concurrency").stage(bench, concurrency_keys, results, progress)
     return {
-        "environment": {
-            "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "python": platform.python_version(),
-            "django": django.get_version(),
-            "machine": platform.machine(),
-            "gc_frozen": bool(gc.get_freeze_count()),
-        },
+        "environment": {**workloads.environment(), "gc_frozen": bool(gc.get_freeze_count())},
         "options": dataclasses.asdict(bench),
         "results": results,
     }
 
 
 def _telemetry_module() -> ModuleType:
-    """:mod:`awa_django.benchmark.telemetry`, imported only when ``--telemetry`` is given."""
+    """``bench/stages/telemetry.py``, imported only when ``--telemetry`` is given."""
     try:
-        from awa_django.benchmark import telemetry
+        return repository_stage("telemetry")
     except ImportError as exc:
         raise CommandError(f"--telemetry needs the otel extra (opentelemetry-sdk): {exc}") from exc
-    return telemetry
 
 
 def _telemetry(mode: str | None) -> contextlib.AbstractContextManager[Any]:
@@ -372,53 +402,6 @@ def _telemetry(mode: str | None) -> contextlib.AbstractContextManager[Any]:
         contextlib.AbstractContextManager[Any],
         telemetry.recording() if mode == "on" else telemetry.without_otel(),
     )
-
-
-def _telemetry_stage(bench: BenchOptions, results: dict[str, Any], progress: Progress) -> None:
-    """``--telemetry both``: the drain with telemetry off and on, alternately."""
-    telemetry = _telemetry_module()
-    task = progress.add_task(
-        f"telemetry: drain {bench.jobs} jobs off and on, {telemetry.ROUNDS} rounds each"
-    )
-    results["telemetry"] = telemetry.drain_compared(bench)
-    progress.update(
-        task,
-        description=f"telemetry: on/off throughput {results['telemetry']['on_over_off']}",
-        completed=1,
-        total=1,
-    )
-
-
-def _focused_stages(bench: BenchOptions, results: dict[str, Any], progress: Progress) -> None:
-    """``--backlog`` / ``--serial`` / ``--hot-queue``: one part measured on its own."""
-    if bench.hot_jobs:
-        task = progress.add_task(
-            f"hot queue: {bench.hot_jobs} transactions from {bench.hot_producers} producers"
-        )
-        results["hot_queue"] = workloads.hot_queue(bench)
-        progress.update(task, completed=1, total=1)
-    if bench.backlog:
-        task = progress.add_task("claim latency over backlogs", total=None)
-
-        def on_size(size: int) -> None:
-            progress.update(task, description=f"building a backlog of {size:,} single enqueues")
-
-        results["backlog"] = workloads.backlog_claims(bench, on_size)
-        ratio = results["backlog"].get("p50_max_over_min")
-        progress.update(
-            task, description=f"claim latency: p50 max/min {ratio}", completed=1, total=1
-        )
-    if bench.serial_jobs:
-        task = progress.add_task(f"serial: 1-permit worker and bare loop, {bench.serial_jobs} jobs")
-        results["serial"] = workloads.serial(bench)
-        serial = results["serial"]
-        progress.update(
-            task,
-            description=f"serial: worker {serial['worker_jobs_per_s']:,} jobs/s, "
-            f"floor {serial['floor_jobs_per_s']:,} jobs/s",
-            completed=1,
-            total=1,
-        )
 
 
 def _default_stages(
@@ -438,7 +421,7 @@ def _default_stages(
         workloads.drain(dataclasses.replace(bench, processes=1))
     # PostgreSQL cost is measured over COPY enqueue + drain of --jobs jobs.
     time.sleep(1.2)  # let every backend flush its statistics
-    start_counters = run(status.pg_counters(), bench.database)
+    start_counters = workloads.pg_counters(bench.database)
     enqueued = 0
     if "enqueue" not in skip:
         task = progress.add_task(f"COPY enqueue of {bench.jobs} jobs")
@@ -468,7 +451,7 @@ def _default_stages(
     if enqueued:
         time.sleep(1.2)
         results["postgres_per_job"] = workloads.pg_costs(
-            start_counters, run(status.pg_counters(), bench.database), enqueued, bench.database
+            start_counters, workloads.pg_counters(bench.database), enqueued, bench.database
         )
         results["storage_after_drain"] = workloads.storage_snapshot(bench.database)
     if "latency" not in skip:

@@ -39,11 +39,13 @@ from opentelemetry.sdk.metrics.export import (
 )
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from rich.progress import Progress
 
-from ..observability.hooks import observers
-from ..observability.otel import OtelObserver
-from . import workloads
-from .workloads import BenchOptions
+from awa_django.management.bench import BenchOptions, bulk_enqueue, drain
+from awa_django.observability.hooks import observers
+from awa_django.observability.otel import OtelObserver
+
+from . import alternate, compared_stage
 
 #: Drain rounds per side with ``--telemetry both`` (off/on, then on/off, ...).
 ROUNDS = 2
@@ -138,22 +140,22 @@ def drain_compared(options: BenchOptions) -> dict[str, Any]:
     exported: dict[str, Any] = {"spans": 0, "metric_exports": 0, "sampler": ""}
 
     def run_side(side: str) -> dict[str, Any]:
-        workloads.bulk_enqueue(options)
+        bulk_enqueue(options)
         began = time.process_time()
         if side == "on":
             with recording() as record:
-                result = workloads.drain(options)
+                result = drain(options)
             exported["spans"] += record.spans.spans
             exported["metric_exports"] += record.metrics.exports
             exported["sampler"] = record.sampler
         else:
             with without_otel():
-                result = workloads.drain(options)
+                result = drain(options)
         cpu[side] += time.process_time() - began
         jobs[side] += int(result["jobs"])
         return result
 
-    rates = workloads.alternate(ROUNDS, ("off", "on"), run_side)
+    rates = alternate(ROUNDS, ("off", "on"), run_side)
     cpu_us = {side: cpu[side] / jobs[side] * 1e6 for side in cpu}
     return {
         "rounds": ROUNDS,
@@ -167,3 +169,16 @@ def drain_compared(options: BenchOptions) -> dict[str, Any]:
         "spans_exported": exported["spans"],
         "metric_exports": exported["metric_exports"],
     }
+
+
+def stage(options: BenchOptions, results: dict[str, Any], progress: Progress) -> None:
+    """``--telemetry both``: the drain with telemetry off and on, alternately;
+    fills ``results["telemetry"]``."""
+    compared_stage(
+        progress,
+        results,
+        "telemetry",
+        f"drain {options.jobs} jobs off and on, {ROUNDS} rounds each",
+        lambda: drain_compared(options),
+        ("on_over_off", "on/off"),
+    )

@@ -8,9 +8,9 @@ import json
 import pytest
 from django.core.management import call_command
 
-from awa_django.benchmark import telemetry
 from awa_django.observability.hooks import observers
 from awa_django.observability.otel import OtelObserver
+from bench.stages import telemetry
 
 # Asserts on time: one xdist process runs the "timing" modules in turn.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.xdist_group("timing")]

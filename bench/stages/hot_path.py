@@ -1,17 +1,11 @@
-"""The benchmark workloads; each returns a plain dict of figures.
+"""``awa_bench --backlog``, ``--serial`` and ``--hot-queue``: the hot path on its own.
 
-Drains run real workers: in this process for ``processes == 1``, under the
-``--processes`` supervisor otherwise.  Latency is measured inside handlers
-(time from the producer's ``enqueue`` call to the handler starting), so it
-includes commit, NOTIFY, claim and dispatch; with ``processes > 1`` that
-many workers run in this process (one event loop, a pool and a LISTEN
-connection each), so every NOTIFY wakes all of them as it would wake as many
-processes, and their claim counters can be read.
-
-Two focused stages look at the hot path itself: :func:`backlog_claims` (the
-cost of a 1-job claim as the backlog grows) and :func:`serial` (the per-job
-cycle of a 1-permit worker next to the bare claim + close loop, the floor
-the database imposes).
+:func:`backlog_claims` times a 1-job claim as the backlog grows,
+:func:`serial` puts the per-job cycle of a 1-permit worker next to the bare
+claim + close loop (the floor the database imposes), and :func:`hot_queue`
+measures producers on one hot queue spread by enqueue shards, partitions or
+stripes.  The first two build backlogs and claim with the storage layer's
+own statements, which is why they live here and not in the package.
 """
 
 from __future__ import annotations
@@ -19,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import resource
-import statistics
 import threading
 import time
 import uuid
@@ -31,296 +23,26 @@ import psycopg
 from django.conf import settings
 from django.db import connections, transaction
 from django.test import override_settings
+from rich.progress import Progress
 
-from .. import enqueue_many, ops
-from ..conf import QueueConfig, awa_settings
-from ..jobs import Job
-from ..partitioned import PartitionedQueue
-from ..records import ClaimedJob
-from ..runtime.closures import completed
-from ..runtime.completer import CompletionEvent
-from ..runtime.config import WorkerConfig, build_config
-from ..runtime.supervisor import Supervisor
-from ..runtime.worker import Worker
-from ..storage import status
-from ..storage.attempts import claim, close_attempts
-from ..storage.base import Execute, Operation, SyncRunner, run
-from ..storage.connection import alias_for, conninfo
-from ..storage.enqueue import enqueue_one
-from . import jobs
-
-BENCH_IMPORT = "awa_django.benchmark.jobs"
-
-
-@dataclasses.dataclass(frozen=True)
-class BenchOptions:
-    jobs: int = 20_000
-    workers: int = 512
-    processes: int = 1
-    queue: str = "awa_bench"
-    handler: str = "async"  # or "sync"
-    rate: float = 200.0
-    duration: float = 20.0
-    single_jobs: int = 2_000
-    database: str | None = None
-    # Focused stages (off when empty / 0): backlog sizes for backlog_claims
-    # and the claims timed at each, jobs for serial.
-    backlog: tuple[int, ...] = ()
-    backlog_claims: int = 200
-    serial_jobs: int = 0
-    # --hot-queue: producer transactions in all (0: off), producer threads,
-    # and how long each transaction holds its lane after the enqueue.
-    hot_jobs: int = 0
-    hot_producers: int = 4
-    hot_hold_ms: float = 1.0
-    # --stripes: the QUEUE_STRIPE_COUNT values --hot-queue compares instead
-    # of its shard and partition layouts (empty: those layouts).
-    hot_stripes: tuple[int, ...] = ()
-
-    @property
-    def job(self) -> Job[..., Any]:
-        return jobs.noop_async if self.handler == "async" else jobs.noop_sync
-
-
-def percentiles(samples: list[float]) -> dict[str, float]:
-    if not samples:
-        return {"p50_ms": 0.0, "p95_ms": 0.0, "p99_ms": 0.0}
-    ordered = sorted(samples)
-
-    def pick(q: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 2)
-
-    return {"p50_ms": pick(0.50), "p95_ms": pick(0.95), "p99_ms": pick(0.99)}
-
-
-def _worker_config(options: BenchOptions, *, burst: bool) -> WorkerConfig:
-    config = build_config(
-        awa_settings(),
-        conninfo(options.database),
-        queues=[f"{options.queue}:{options.workers}"],
-        burst=burst,
-        imports=(BENCH_IMPORT,),
-        database=options.database,
-    )
-    return config.with_queue_changes(claim_batch_size=min(512, options.workers))
-
-
-def claim_counts(workers: Sequence[Worker]) -> dict[str, Any]:
-    """Claim statements per completed job: 1/batch when busy, more when
-    wake-ups claim nothing (idle polls, or a NOTIFY that woke every worker)."""
-    done = sum(w.completed for w in workers)
-    claims = sum(w.claims for w in workers)
-    return {
-        "claims": claims,
-        "empty_claims": sum(w.empty_claims for w in workers),
-        "claims_per_job": round(claims / done, 3) if done else None,
-    }
-
-
-def bulk_enqueue(options: BenchOptions, count: int | None = None) -> dict[str, Any]:
-    count = count or options.jobs
-    prepared = [options.job.using(queue=options.queue).prepare() for _ in range(count)]
-    start = time.perf_counter()
-    with transaction.atomic(using=options.database):
-        enqueue_many(prepared, database=options.database)
-    elapsed = time.perf_counter() - start
-    return {"jobs": count, "seconds": round(elapsed, 3), "jobs_per_s": round(count / elapsed)}
-
-
-def single_enqueue(options: BenchOptions) -> dict[str, Any]:
-    count = options.single_jobs
-    call = options.job.using(queue=options.queue, database=options.database)
-    start = time.perf_counter()
-    for _ in range(count):
-        call.enqueue()  # autocommit: one transaction per job, like a web request
-    elapsed = time.perf_counter() - start
-    return {"jobs": count, "seconds": round(elapsed, 3), "jobs_per_s": round(count / elapsed)}
-
-
-class RssSampler:
-    """Peak resident memory of this process while a block runs (sampled from
-    /proc every 20 ms: ``ru_maxrss`` would also count what ran before)."""
-
-    INTERVAL = 0.02
-
-    def __init__(self) -> None:
-        self.before = self.peak = _rss_bytes()
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._sample, name="awa-bench-rss", daemon=True)
-
-    def _sample(self) -> None:
-        while not self._done.wait(self.INTERVAL):
-            self.peak = max(self.peak, _rss_bytes())
-
-    def __enter__(self) -> RssSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._done.set()
-        self._thread.join()
-        self.peak = max(self.peak, _rss_bytes())
-
-
-def _rss_bytes() -> int:
-    try:
-        with open("/proc/self/statm") as statm:
-            return int(statm.read().split()[1]) * resource.getpagesize()
-    except OSError:  # not Linux: the peak so far is the best we have
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def alternate(
-    rounds: int, sides: tuple[str, str], run_side: Callable[[str], dict[str, Any]]
-) -> dict[str, float]:
-    """Jobs per second of each side over ``rounds`` runs of it, the two
-    taking turns to go first (A B, B A, ...) so that the drift of a busy
-    machine hits both alike.  ``run_side(side)`` runs one and returns its
-    :func:`drain` result (``jobs``, ``seconds``)."""
-    totals = {side: [0, 0.0] for side in sides}
-    for round_ in range(rounds):
-        for side in sides if round_ % 2 == 0 else sides[::-1]:
-            result = run_side(side)
-            totals[side][0] += int(result["jobs"])
-            totals[side][1] += float(result["seconds"])
-    return {side: jobs / seconds for side, (jobs, seconds) in totals.items()}
-
-
-def drain(options: BenchOptions) -> dict[str, Any]:
-    """Time workers draining the queue (fill it first with bulk_enqueue).
-
-    Reports the worker's peak RSS: in-process, sampled during the drain (and
-    the growth over the RSS before it); with ``--processes``, the largest
-    child's peak (``ru_maxrss`` of the waited-for children).  Claims per job
-    are reported in-process only (the children keep their counters).
-    """
-    start = time.perf_counter()
-    memory: dict[str, Any]
-    if options.processes == 1:
-        worker = Worker(_worker_config(options, burst=True))
-        with RssSampler() as rss:
-            asyncio.run(worker.run())
-        done: int | None = worker.completed
-        memory = {
-            "peak_rss_mib": round(rss.peak / 2**20, 1),
-            "rss_growth_mib": round((rss.peak - rss.before) / 2**20, 1),
-            **claim_counts([worker]),
-        }
-    else:
-        # The children's claim counters stay in the children: not reported.
-        Supervisor(_worker_config(options, burst=True), options.processes).run()
-        done = None
-        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-        memory = {"peak_rss_mib": round(peak / 2**20, 1)}
-    elapsed = time.perf_counter() - start
-    drained = done if done is not None else options.jobs
-    return {
-        "jobs": drained,
-        "seconds": round(elapsed, 3),
-        "jobs_per_s": round(drained / elapsed),
-        "workers": options.workers,
-        "processes": options.processes,
-        "handler": options.handler,
-        **memory,
-    }
-
-
-def offered_rate(
-    options: BenchOptions, on_tick: Callable[[int, int], None] | None = None
-) -> dict[str, Any]:
-    """Enqueue single jobs at ``rate``/s for ``duration`` s while workers run.
-
-    ``processes`` workers run in this process on one event loop, each with
-    its own pool and LISTEN connection: every NOTIFY wakes all of them, as it
-    would wake as many processes, and their claim counters stay readable.
-    """
-    jobs.LATENCIES.clear()
-    workers = [Worker(_worker_config(options, burst=False)) for _ in range(options.processes)]
-    total = int(options.rate * options.duration)
-    sent = 0
-
-    def done() -> int:
-        return sum(w.completed for w in workers)
-
-    def produce() -> None:
-        nonlocal sent
-        call = options.job.using(queue=options.queue, database=options.database)
-        begin = time.perf_counter()
-        try:
-            for n in range(total):
-                delay = begin + n / options.rate - time.perf_counter()
-                if delay > 0:
-                    time.sleep(delay)
-                call.enqueue(time.time())
-                sent += 1
-        finally:
-            connections.close_all()
-
-    async def main() -> float:
-        running = [asyncio.create_task(w.run()) for w in workers]
-        await _until_listening(workers)
-        producer = threading.Thread(target=produce, name="awa-bench-producer")
-        start = time.perf_counter()
-        producer.start()
-        deadline = start + options.duration * 3 + 30
-        while (producer.is_alive() or done() < total) and time.perf_counter() < deadline:
-            if on_tick:
-                on_tick(sent, done())
-            await asyncio.sleep(0.1)
-        elapsed = time.perf_counter() - start
-        for worker in workers:
-            worker.request_stop()
-        await asyncio.gather(*running)
-        producer.join()
-        return elapsed
-
-    elapsed = asyncio.run(main())
-    return {
-        "offered_per_s": options.rate,
-        "seconds": round(elapsed, 3),
-        "sent": sent,
-        "completed": done(),
-        "completed_per_s": round(done() / elapsed),
-        "workers_in_process": len(workers),
-        "pickup": percentiles(list(jobs.LATENCIES)),
-        "mean_ms": round(statistics.fmean(jobs.LATENCIES) * 1000, 2) if jobs.LATENCIES else 0,
-        **claim_counts(workers),
-    }
-
-
-async def _until_listening(workers: Sequence[Worker], timeout: float = 10.0) -> None:
-    """Wait until every worker LISTENs: a job enqueued before would be found
-    by a poll, not a NOTIFY, and skew the first pickups."""
-    waits = [w.notifier.listening.wait() for w in workers]
-    try:
-        await asyncio.wait_for(asyncio.gather(*waits), timeout)
-    except TimeoutError:
-        pass  # the latencies will show it; polling still picks the jobs up
-
-
-def storage_snapshot(database: str | None) -> dict[str, Any]:
-    stats = run(status.table_stats(), database)
-    return {
-        "dead_tuples": sum(values["dead"] for values in stats.values()),
-        "schema_bytes": run(status.schema_size(), database),
-    }
-
-
-def pg_costs(
-    start: tuple[str, int], end: tuple[str, int], jobs_done: int, database: str | None
-) -> dict[str, Any]:
-    wal = run(status.wal_bytes_between(start[0], end[0]), database)
-    commits = end[1] - start[1]
-    return {
-        "wal_bytes": wal,
-        "commits": commits,
-        "wal_bytes_per_job": round(wal / jobs_done, 1) if jobs_done else None,
-        "commits_per_job": round(commits / jobs_done, 4) if jobs_done else None,
-    }
-
-
-# --- focused stages: the hot path on its own -----------------------------------
-
+from awa_django import PartitionedQueue, ops
+from awa_django.conf import QueueConfig, awa_settings
+from awa_django.management.bench import (
+    BENCH_IMPORT,
+    BenchOptions,
+    bulk_enqueue,
+    percentiles,
+    worker_config,
+)
+from awa_django.records import ClaimedJob
+from awa_django.runtime.closures import completed
+from awa_django.runtime.completer import CompletionEvent
+from awa_django.runtime.config import build_config
+from awa_django.runtime.worker import Worker
+from awa_django.storage.attempts import claim, close_attempts
+from awa_django.storage.base import Execute, Operation, SyncRunner, run
+from awa_django.storage.connection import alias_for, conninfo
+from awa_django.storage.enqueue import enqueue_one
 
 BACKLOG_WARMUP = 20  # untimed claims first (plans, caches, connection)
 BACKLOG_CHUNK = 2_000  # single enqueues per transaction while building a backlog
@@ -397,7 +119,7 @@ def backlog_claims(
     the backlog costs, so the p50s should stay within a small factor of each
     other (``p50_max_over_min``).  A worker drains the backlogs afterwards.
     """
-    policy = _worker_config(options, burst=True).queues[0].queue
+    policy = worker_config(options, burst=True).queues[0].queue
     probes = [BacklogProbe(options, size, policy) for size in sorted(set(options.backlog))]
     build_seconds: dict[int, float] = {}
     for probe in probes:
@@ -514,7 +236,7 @@ def _serial_worker_seconds(options: BenchOptions, queue: str) -> tuple[int, floa
 
 def _floor_seconds(options: BenchOptions, queue: str, count: int) -> float:
     """Seconds the bare claim + close loop takes for ``count`` jobs (see :func:`serial`)."""
-    policy = _worker_config(options, burst=True).queues[0].queue
+    policy = worker_config(options, burst=True).queues[0].queue
     runtime_id = uuid.uuid4()
     with psycopg.connect(conninfo(options.database), autocommit=True) as conn:
         runner = SyncRunner(conn)
@@ -627,3 +349,36 @@ def _hot_rate(options: BenchOptions, route: Callable[[int, int], str]) -> float:
     for thread in threads:
         thread.join()
     return per_thread * options.hot_producers / (time.perf_counter() - began)
+
+
+def stage(bench: BenchOptions, results: dict[str, Any], progress: Progress) -> None:
+    """``--backlog`` / ``--serial`` / ``--hot-queue``: one part measured on its own;
+    fills ``results`` under ``hot_queue``, ``backlog`` and ``serial``."""
+    if bench.hot_jobs:
+        task = progress.add_task(
+            f"hot queue: {bench.hot_jobs} transactions from {bench.hot_producers} producers"
+        )
+        results["hot_queue"] = hot_queue(bench)
+        progress.update(task, completed=1, total=1)
+    if bench.backlog:
+        task = progress.add_task("claim latency over backlogs", total=None)
+
+        def on_size(size: int) -> None:
+            progress.update(task, description=f"building a backlog of {size:,} single enqueues")
+
+        results["backlog"] = backlog_claims(bench, on_size)
+        ratio = results["backlog"].get("p50_max_over_min")
+        progress.update(
+            task, description=f"claim latency: p50 max/min {ratio}", completed=1, total=1
+        )
+    if bench.serial_jobs:
+        task = progress.add_task(f"serial: 1-permit worker and bare loop, {bench.serial_jobs} jobs")
+        results["serial"] = serial(bench)
+        figures = results["serial"]
+        progress.update(
+            task,
+            description=f"serial: worker {figures['worker_jobs_per_s']:,} jobs/s, "
+            f"floor {figures['floor_jobs_per_s']:,} jobs/s",
+            completed=1,
+            total=1,
+        )

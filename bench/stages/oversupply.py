@@ -30,20 +30,22 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import platform
 import statistics
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-import django
 from django.db import connections
 
-from .. import QueueFull, enqueue_many, ops
-from ..jobs import job
-from ..runtime.worker import Worker
-from .workloads import BenchOptions, _until_listening, _worker_config
+from awa_django import QueueFull, enqueue_many, job, ops
+from awa_django.management.bench import (
+    BenchOptions,
+    environment,
+    until_listening,
+    worker_config,
+)
+from awa_django.runtime.worker import Worker
 
 #: Jobs per ``enqueue_many`` call of a producer.
 BATCH_SIZE = 100
@@ -84,7 +86,7 @@ def _fill(options: BenchOptions, count: int) -> None:
 def calibrate(options: BenchOptions) -> float:
     """Jobs/s an in-process burst worker drains from a full queue."""
     _fill(options, min(options.jobs, CALIBRATION_JOBS))
-    worker = Worker(_worker_config(options, burst=True))
+    worker = Worker(worker_config(options, burst=True))
     start = time.perf_counter()
     asyncio.run(worker.run())
     return worker.completed / (time.perf_counter() - start)
@@ -170,11 +172,11 @@ def oversupply(
     stop = threading.Event()
     producers = [_Producer(options, max_depth, interval, stop) for _ in range(producers_count)]
     sampler = _Sampler(options, stop)
-    worker = Worker(_worker_config(options, burst=False))
+    worker = Worker(worker_config(options, burst=False))
 
     async def main() -> tuple[float, int]:
         running = asyncio.create_task(worker.run())
-        await _until_listening([worker])
+        await until_listening([worker])
         sampler.thread.start()
         start = time.perf_counter()
         for producer in producers:
@@ -251,12 +253,7 @@ def report(
     """The ``awa_bench`` report of this stage alone (environment, options, results)."""
     results = oversupply(options, max_depth, on_tick)
     return {
-        "environment": {
-            "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "python": platform.python_version(),
-            "django": django.get_version(),
-            "machine": platform.machine(),
-        },
+        "environment": environment(),
         "options": {**dataclasses.asdict(options), "max_queue_depth": max_depth},
         "results": {"oversupply": results},
     }

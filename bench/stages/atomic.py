@@ -2,10 +2,10 @@
 
 Two sync no-op handlers are drained the same way: ``noop_sync``, whose
 completions the worker's batching completer writes (one ``close_attempts``
-statement for up to 512 of them), and ``noop_atomic``, the same function
-declared ``atomic=True``, so each attempt opens a transaction on its handler
-thread's Django connection, closes itself there and commits.  The
-difference is the price of all-or-nothing: one commit (and one close
+statement for up to 512 of them), and :func:`noop_atomic` (defined here),
+the same function declared ``atomic=True``, so each attempt opens a
+transaction on its handler thread's Django connection, closes itself there
+and commits.  The difference is the price of all-or-nothing: one commit (and one close
 statement) per job instead of a share of a batched one.
 
 The sides run in alternating rounds (plain/atomic, then atomic/plain, ...)
@@ -20,15 +20,16 @@ plain.
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 from django.db import transaction
 from rich.progress import Progress
 
-from .. import enqueue_many
-from ..jobs import Job
-from . import jobs, workloads
-from .workloads import BenchOptions
+from awa_django import Job, enqueue_many, job
+from awa_django.management.bench import LATENCIES, BenchOptions, drain, noop_sync
+
+from . import alternate, compared_stage
 
 #: Drain rounds per side (plain/atomic, then atomic/plain, ...).
 ROUNDS = 2
@@ -36,8 +37,15 @@ ROUNDS = 2
 MAX_WORKERS = 16
 
 
-def _enqueue(options: BenchOptions, job: Job[..., Any]) -> None:
-    prepared = [job.using(queue=options.queue).prepare() for _ in range(options.jobs)]
+@job(kind="awa_django.bench.noop_atomic", queue="awa_bench", atomic=True)
+def noop_atomic(enqueued_at: float = 0.0) -> None:
+    """``noop_sync`` closed in its own transaction (``awa_bench --atomic``)."""
+    if enqueued_at:
+        LATENCIES.append(time.time() - enqueued_at)
+
+
+def _enqueue(options: BenchOptions, side: Job[..., Any]) -> None:
+    prepared = [side.using(queue=options.queue).prepare() for _ in range(options.jobs)]
     with transaction.atomic(using=options.database):
         enqueue_many(prepared, database=options.database)
 
@@ -48,13 +56,13 @@ def drain_compared(options: BenchOptions) -> dict[str, Any]:
     options = dataclasses.replace(
         options, handler="sync", workers=min(options.workers, MAX_WORKERS)
     )
-    sides: dict[str, Job[..., Any]] = {"plain": jobs.noop_sync, "atomic": jobs.noop_atomic}
+    sides: dict[str, Job[..., Any]] = {"plain": noop_sync, "atomic": noop_atomic}
 
     def run_side(side: str) -> dict[str, Any]:
         _enqueue(options, sides[side])
-        return workloads.drain(options)
+        return drain(options, imports=(__name__,))
 
-    rates = workloads.alternate(ROUNDS, ("plain", "atomic"), run_side)
+    rates = alternate(ROUNDS, ("plain", "atomic"), run_side)
     return {
         "rounds": ROUNDS,
         "jobs_per_round": options.jobs,
@@ -68,13 +76,11 @@ def drain_compared(options: BenchOptions) -> dict[str, Any]:
 
 def stage(options: BenchOptions, results: dict[str, Any], progress: Progress) -> None:
     """The ``--atomic`` stage of ``awa_bench``: fills ``results["atomic"]``."""
-    task = progress.add_task(
-        f"atomic: drain {options.jobs} sync jobs plain and atomic, {ROUNDS} rounds each"
-    )
-    results["atomic"] = drain_compared(options)
-    progress.update(
-        task,
-        description=f"atomic: atomic/plain throughput {results['atomic']['atomic_over_plain']}",
-        completed=1,
-        total=1,
+    compared_stage(
+        progress,
+        results,
+        "atomic",
+        f"drain {options.jobs} sync jobs plain and atomic, {ROUNDS} rounds each",
+        lambda: drain_compared(options),
+        ("atomic_over_plain", "atomic/plain"),
     )

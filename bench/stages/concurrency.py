@@ -19,33 +19,20 @@ limited job.
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 from django.db import transaction
 from rich.progress import Progress
 
-from .. import enqueue_many
-from ..storage import concurrency as concurrency_store
-from ..storage.base import run
-from . import workloads
-from .workloads import BenchOptions
+from awa_django import enqueue_many
+from awa_django.management.bench import BenchOptions, drain
+from awa_django.storage import concurrency as concurrency_store
+from awa_django.storage.base import run
+
+from . import alternate, compared_stage
 
 #: Drain rounds per side (unlimited/limited, then limited/unlimited, ...).
 ROUNDS = 2
-#: ``--concurrency`` without a value: 32 keys, 4 running attempts each.
-DEFAULT = "32x4"
-
-
-def keys_and_limit(value: str) -> tuple[int, int]:
-    """``--concurrency`` value: ``KEYSxLIMIT``, e.g. ``32x4``."""
-    try:
-        keys, limit = (int(part) for part in value.lower().split("x"))
-    except ValueError:
-        keys = limit = 0
-    if keys < 1 or not 1 <= limit <= 10_000:
-        raise argparse.ArgumentTypeError(f"{value!r}: expected KEYSxLIMIT, e.g. {DEFAULT}")
-    return keys, limit
 
 
 def _enqueue(options: BenchOptions, keys: int, limit: int | None) -> None:
@@ -72,13 +59,13 @@ def drain_compared(options: BenchOptions, keys: int, limit: int) -> dict[str, An
         nonlocal holds, limited_jobs
         _enqueue(options, keys, limit if side == "limited" else None)
         before = run(concurrency_store.holds_so_far(), options.database)
-        result = workloads.drain(options)
+        result = drain(options)
         holds += run(concurrency_store.holds_so_far(), options.database) - before
         if side == "limited":
             limited_jobs += int(result["jobs"])
         return result
 
-    rates = workloads.alternate(ROUNDS, ("unlimited", "limited"), run_side)
+    rates = alternate(ROUNDS, ("unlimited", "limited"), run_side)
     return {
         "rounds": ROUNDS,
         "jobs_per_round": options.jobs,
@@ -99,12 +86,11 @@ def stage(
 ) -> None:
     """The ``--concurrency`` stage of ``awa_bench``: fills ``results["concurrency"]``."""
     keys, limit = keys_limit
-    task = progress.add_task(
-        f"concurrency: drain {options.jobs} jobs unlimited and {keys} keys x {limit}, "
-        f"{ROUNDS} rounds each"
-    )
-    results["concurrency"] = drain_compared(options, keys, limit)
-    ratio = results["concurrency"]["limited_over_unlimited"]
-    progress.update(
-        task, description=f"concurrency: limited/unlimited throughput {ratio}", completed=1, total=1
+    compared_stage(
+        progress,
+        results,
+        "concurrency",
+        f"drain {options.jobs} jobs unlimited and {keys} keys x {limit}, {ROUNDS} rounds each",
+        lambda: drain_compared(options, keys, limit),
+        ("limited_over_unlimited", "limited/unlimited"),
     )

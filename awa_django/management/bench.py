@@ -1,0 +1,345 @@
+"""The default stages of ``manage.py awa_bench``: enqueue, drain and pickup latency.
+
+This is what the command measures on any installation: single-row and COPY
+enqueue of no-op jobs (through the public ``job``/``enqueue_many`` API),
+their drain by real workers (in this process for ``processes == 1``, under
+the ``--processes`` supervisor otherwise), pickup latency at a fixed offered
+rate, and the PostgreSQL cost of it all (WAL bytes and commits per job, dead
+tuples, schema size).  Drain and latency also count claim statements per job.
+
+Latency is measured inside handlers (time from the producer's ``enqueue``
+call to the handler starting), so it includes commit, NOTIFY, claim and
+dispatch; with ``processes > 1`` that many workers run in this process (one
+event loop, a pool and a LISTEN connection each), so every NOTIFY wakes all
+of them as it would wake as many processes, and their claim counters can be
+read.  Run it on a dedicated database: WAL and commit counters are cluster
+and database wide.
+
+The focused stages (claims over backlogs, the serial floor, hot queues) and
+the comparisons (oversupply, telemetry, atomic, concurrency) reach into
+storage and runtime internals: they live in the repository's ``bench/stages``
+and are not part of the package.
+
+Two kinds of internals stay here, for figures no public entry point gives:
+the drain runs :class:`~awa_django.runtime.worker.Worker` objects in this
+process (``awa_worker`` in a subprocess would hide their claim counters and
+memory), and the PostgreSQL figures come from ``storage.status`` (the same
+queries as ``awa_storage status``; ``awa_django.ops`` has no door to them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import platform
+import resource
+import statistics
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import django
+from django.db import connections, transaction
+
+from awa_django import Job, enqueue_many, job
+from awa_django.conf import awa_settings
+
+# Internals, see the module docstring: in-process workers and their counters ...
+from awa_django.runtime.config import WorkerConfig, build_config
+from awa_django.runtime.supervisor import Supervisor
+from awa_django.runtime.worker import Worker
+
+# ... and the PostgreSQL figures (WAL, commits, dead tuples, schema size).
+from awa_django.storage import status
+from awa_django.storage.base import run
+from awa_django.storage.connection import conninfo
+
+#: The module bench workers import (``--processes`` children too): the no-op jobs.
+BENCH_IMPORT = "awa_django.management.bench"
+
+# Pickup latencies (seconds) seen by handlers in this process.
+LATENCIES: list[float] = []
+
+
+@job(kind="awa_django.bench.noop_async", queue="awa_bench")
+async def noop_async(enqueued_at: float = 0.0) -> None:
+    if enqueued_at:
+        LATENCIES.append(time.time() - enqueued_at)
+
+
+@job(kind="awa_django.bench.noop_sync", queue="awa_bench")
+def noop_sync(enqueued_at: float = 0.0) -> None:
+    if enqueued_at:
+        LATENCIES.append(time.time() - enqueued_at)
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchOptions:
+    jobs: int = 20_000
+    workers: int = 512
+    processes: int = 1
+    queue: str = "awa_bench"
+    handler: str = "async"  # or "sync"
+    rate: float = 200.0
+    duration: float = 20.0
+    single_jobs: int = 2_000
+    database: str | None = None
+    # Focused stages (off when empty / 0): backlog sizes for backlog_claims
+    # and the claims timed at each, jobs for serial.
+    backlog: tuple[int, ...] = ()
+    backlog_claims: int = 200
+    serial_jobs: int = 0
+    # --hot-queue: producer transactions in all (0: off), producer threads,
+    # and how long each transaction holds its lane after the enqueue.
+    hot_jobs: int = 0
+    hot_producers: int = 4
+    hot_hold_ms: float = 1.0
+    # --stripes: the QUEUE_STRIPE_COUNT values --hot-queue compares instead
+    # of its shard and partition layouts (empty: those layouts).
+    hot_stripes: tuple[int, ...] = ()
+
+    @property
+    def job(self) -> Job[..., Any]:
+        return noop_async if self.handler == "async" else noop_sync
+
+
+def environment() -> dict[str, Any]:
+    """Where a report was measured: date, Python, Django, machine."""
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "python": platform.python_version(),
+        "django": django.get_version(),
+        "machine": platform.machine(),
+    }
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    if not samples:
+        return {"p50_ms": 0.0, "p95_ms": 0.0, "p99_ms": 0.0}
+    ordered = sorted(samples)
+
+    def pick(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 2)
+
+    return {"p50_ms": pick(0.50), "p95_ms": pick(0.95), "p99_ms": pick(0.99)}
+
+
+def worker_config(
+    options: BenchOptions, *, burst: bool, imports: tuple[str, ...] = ()
+) -> WorkerConfig:
+    """A bench worker on ``options.queue`` with ``options.workers`` permits; its
+    ``--processes`` children import the no-op jobs and ``imports``."""
+    config = build_config(
+        awa_settings(),
+        conninfo(options.database),
+        queues=[f"{options.queue}:{options.workers}"],
+        burst=burst,
+        imports=(BENCH_IMPORT, *imports),
+        database=options.database,
+    )
+    return config.with_queue_changes(claim_batch_size=min(512, options.workers))
+
+
+def claim_counts(workers: Sequence[Worker]) -> dict[str, Any]:
+    """Claim statements per completed job: 1/batch when busy, more when
+    wake-ups claim nothing (idle polls, or a NOTIFY that woke every worker)."""
+    done = sum(w.completed for w in workers)
+    claims = sum(w.claims for w in workers)
+    return {
+        "claims": claims,
+        "empty_claims": sum(w.empty_claims for w in workers),
+        "claims_per_job": round(claims / done, 3) if done else None,
+    }
+
+
+def bulk_enqueue(options: BenchOptions, count: int | None = None) -> dict[str, Any]:
+    count = count or options.jobs
+    prepared = [options.job.using(queue=options.queue).prepare() for _ in range(count)]
+    start = time.perf_counter()
+    with transaction.atomic(using=options.database):
+        enqueue_many(prepared, database=options.database)
+    elapsed = time.perf_counter() - start
+    return {"jobs": count, "seconds": round(elapsed, 3), "jobs_per_s": round(count / elapsed)}
+
+
+def single_enqueue(options: BenchOptions) -> dict[str, Any]:
+    count = options.single_jobs
+    call = options.job.using(queue=options.queue, database=options.database)
+    start = time.perf_counter()
+    for _ in range(count):
+        call.enqueue()  # autocommit: one transaction per job, like a web request
+    elapsed = time.perf_counter() - start
+    return {"jobs": count, "seconds": round(elapsed, 3), "jobs_per_s": round(count / elapsed)}
+
+
+class RssSampler:
+    """Peak resident memory of this process while a block runs (sampled from
+    /proc every 20 ms: ``ru_maxrss`` would also count what ran before)."""
+
+    INTERVAL = 0.02
+
+    def __init__(self) -> None:
+        self.before = self.peak = _rss_bytes()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="awa-bench-rss", daemon=True)
+
+    def _sample(self) -> None:
+        while not self._done.wait(self.INTERVAL):
+            self.peak = max(self.peak, _rss_bytes())
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+        self.peak = max(self.peak, _rss_bytes())
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * resource.getpagesize()
+    except OSError:  # not Linux: the peak so far is the best we have
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def drain(options: BenchOptions, imports: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Time workers draining the queue (fill it first with bulk_enqueue); the
+    workers also import the modules ``imports`` names (jobs of their own).
+
+    Reports the worker's peak RSS: in-process, sampled during the drain (and
+    the growth over the RSS before it); with ``--processes``, the largest
+    child's peak (``ru_maxrss`` of the waited-for children).  Claims per job
+    are reported in-process only (the children keep their counters).
+    """
+    start = time.perf_counter()
+    memory: dict[str, Any]
+    if options.processes == 1:
+        worker = Worker(worker_config(options, burst=True, imports=imports))
+        with RssSampler() as rss:
+            asyncio.run(worker.run())
+        done: int | None = worker.completed
+        memory = {
+            "peak_rss_mib": round(rss.peak / 2**20, 1),
+            "rss_growth_mib": round((rss.peak - rss.before) / 2**20, 1),
+            **claim_counts([worker]),
+        }
+    else:
+        # The children's claim counters stay in the children: not reported.
+        Supervisor(worker_config(options, burst=True, imports=imports), options.processes).run()
+        done = None
+        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+        memory = {"peak_rss_mib": round(peak / 2**20, 1)}
+    elapsed = time.perf_counter() - start
+    drained = done if done is not None else options.jobs
+    return {
+        "jobs": drained,
+        "seconds": round(elapsed, 3),
+        "jobs_per_s": round(drained / elapsed),
+        "workers": options.workers,
+        "processes": options.processes,
+        "handler": options.handler,
+        **memory,
+    }
+
+
+def offered_rate(
+    options: BenchOptions, on_tick: Callable[[int, int], None] | None = None
+) -> dict[str, Any]:
+    """Enqueue single jobs at ``rate``/s for ``duration`` s while workers run.
+
+    ``processes`` workers run in this process on one event loop, each with
+    its own pool and LISTEN connection: every NOTIFY wakes all of them, as it
+    would wake as many processes, and their claim counters stay readable.
+    """
+    LATENCIES.clear()
+    workers = [Worker(worker_config(options, burst=False)) for _ in range(options.processes)]
+    total = int(options.rate * options.duration)
+    sent = 0
+
+    def done() -> int:
+        return sum(w.completed for w in workers)
+
+    def produce() -> None:
+        nonlocal sent
+        call = options.job.using(queue=options.queue, database=options.database)
+        begin = time.perf_counter()
+        try:
+            for n in range(total):
+                delay = begin + n / options.rate - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+                call.enqueue(time.time())
+                sent += 1
+        finally:
+            connections.close_all()
+
+    async def main() -> float:
+        running = [asyncio.create_task(w.run()) for w in workers]
+        await until_listening(workers)
+        producer = threading.Thread(target=produce, name="awa-bench-producer")
+        start = time.perf_counter()
+        producer.start()
+        deadline = start + options.duration * 3 + 30
+        while (producer.is_alive() or done() < total) and time.perf_counter() < deadline:
+            if on_tick:
+                on_tick(sent, done())
+            await asyncio.sleep(0.1)
+        elapsed = time.perf_counter() - start
+        for worker in workers:
+            worker.request_stop()
+        await asyncio.gather(*running)
+        producer.join()
+        return elapsed
+
+    elapsed = asyncio.run(main())
+    return {
+        "offered_per_s": options.rate,
+        "seconds": round(elapsed, 3),
+        "sent": sent,
+        "completed": done(),
+        "completed_per_s": round(done() / elapsed),
+        "workers_in_process": len(workers),
+        "pickup": percentiles(list(LATENCIES)),
+        "mean_ms": round(statistics.fmean(LATENCIES) * 1000, 2) if LATENCIES else 0,
+        **claim_counts(workers),
+    }
+
+
+async def until_listening(workers: Sequence[Worker], timeout: float = 10.0) -> None:
+    """Wait until every worker LISTENs: a job enqueued before would be found
+    by a poll, not a NOTIFY, and skew the first pickups."""
+    waits = [w.notifier.listening.wait() for w in workers]
+    try:
+        await asyncio.wait_for(asyncio.gather(*waits), timeout)
+    except TimeoutError:
+        pass  # the latencies will show it; polling still picks the jobs up
+
+
+def storage_snapshot(database: str | None) -> dict[str, Any]:
+    stats = run(status.table_stats(), database)
+    return {
+        "dead_tuples": sum(values["dead"] for values in stats.values()),
+        "schema_bytes": run(status.schema_size(), database),
+    }
+
+
+def pg_counters(database: str | None) -> tuple[str, int]:
+    """The WAL position and the database's commit count, for :func:`pg_costs`."""
+    return run(status.pg_counters(), database)
+
+
+def pg_costs(
+    start: tuple[str, int], end: tuple[str, int], jobs_done: int, database: str | None
+) -> dict[str, Any]:
+    wal = run(status.wal_bytes_between(start[0], end[0]), database)
+    commits = end[1] - start[1]
+    return {
+        "wal_bytes": wal,
+        "commits": commits,
+        "wal_bytes_per_job": round(wal / jobs_done, 1) if jobs_done else None,
+        "commits_per_job": round(commits / jobs_done, 4) if jobs_done else None,
+    }
