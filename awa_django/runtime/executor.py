@@ -40,6 +40,7 @@ from .closures import (
     not_parked,
     raised,
 )
+from .handlers import call_handler
 from .leases import AttemptLease, LeaseHub
 from .threads import HandlerThreads, ResultSink
 
@@ -248,14 +249,6 @@ def with_progress(closure: Closure, ctx: JobContext) -> Closure:
     if closure.target == COMPLETED:
         return closure
     return replace(closure, progress=ctx.progress_snapshot()[1])
-
-
-def call_handler(definition: Job[..., Any], ctx: JobContext, job: ClaimedJob) -> Any:
-    """Call the handler with the attempt's arguments (and ``ctx`` when it
-    takes the context): its value, or the coroutine of an async handler."""
-    if definition.takes_context:
-        return definition.func(ctx, *job.args, **job.kwargs)
-    return definition.func(*job.args, **job.kwargs)
 
 
 T = TypeVar("T")

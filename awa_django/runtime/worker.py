@@ -69,7 +69,8 @@ from .completer import BatchCompleter, refused_for_good
 from .config import PeriodicConfig, QueuePolicy, WorkerConfig
 from .dispatcher import Dispatcher
 from .executor import Executor
-from .health import HealthSlot, WorkerHealth
+from .fleet_health import HealthSlot
+from .health import WorkerHealth
 from .heartbeat import Heartbeat
 from .leases import CALLBACK_CHANNEL, CANCEL_CHANNEL, LeaseHub, is_leased
 from .maintenance import Maintenance

@@ -48,7 +48,8 @@ from ..payload import check_queue
 from ..records import DLQ, ClaimedJob, Closure
 from ..runtime.atomic import Settled, close_in_transaction
 from ..runtime.closures import completed, handed_back, raised
-from ..runtime.executor import call_handler, context_for, definition_for, with_progress
+from ..runtime.executor import context_for, definition_for, with_progress
+from ..runtime.handlers import call_handler
 from ..storage import testing as testing_store
 from ..storage.attempts import claim, close_attempts
 from ..storage.base import run
