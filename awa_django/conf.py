@@ -41,6 +41,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from .descriptors import DESCRIPTOR_KEYS, Descriptor
+from .domain.capacity import reservation
 from .exceptions import InvalidJob
 
 QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
@@ -465,15 +466,16 @@ def _capacity_problems(parsed: AwaSettings) -> list[ConfigProblem]:
         if queue.min_workers > queue.max_workers
     ]
     limit = parsed.global_max_workers
-    floors = sum(queue.min_workers for queue in parsed.queues.values())
-    if limit is not None and floors > limit:
-        found.append(
-            ConfigProblem(
-                "GLOBAL_MAX_WORKERS",
-                f"{limit} is less than the min_workers of QUEUES together ({floors}): "
-                "a worker running every queue could not reserve them",
+    if limit is not None:
+        held = reservation(limit, (queue.min_workers for queue in parsed.queues.values()))
+        if not held.fits:
+            found.append(
+                ConfigProblem(
+                    "GLOBAL_MAX_WORKERS",
+                    f"{limit} is less than the min_workers of QUEUES together ({held.reserved}): "
+                    "a worker running every queue could not reserve them",
+                )
             )
-        )
     return found
 
 

@@ -34,10 +34,10 @@ from django.test import override_settings
 
 from .. import enqueue_many, ops
 from ..conf import QueueConfig, awa_settings
+from ..domain.closures import completed
 from ..jobs import Job
 from ..partitioned import PartitionedQueue
 from ..records import ClaimedJob
-from ..runtime.closures import completed
 from ..runtime.completer import CompletionEvent
 from ..runtime.config import WorkerConfig, build_config
 from ..runtime.supervisor import Supervisor

@@ -51,12 +51,12 @@ from typing import Any
 from django.db import transaction
 
 from ..context import JobContext
+from ..domain.closures import completed
 from ..jobs import Job
 from ..records import ClaimedJob, Closure
 from ..storage.attempts import close_attempts
 from ..storage.base import run
 from ..storage.connection import alias_for
-from .closures import completed
 from .handlers import call_handler
 from .leases import is_leased
 

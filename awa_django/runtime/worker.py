@@ -59,12 +59,12 @@ from psycopg_pool import AsyncConnectionPool
 from ..conf import awa_settings, unimplemented_settings
 from ..context import JobContext
 from ..cron import sync_declared
+from ..domain.closures import handed_back, unstorable
 from ..observability.hooks import observers
 from ..records import ClaimedJob, Closure
 from ..storage import AsyncRunner
 from ..storage import stripes as stripe_store
 from ..storage.attempts import queues_have_work
-from .closures import handed_back, unstorable
 from .completer import BatchCompleter, refused_for_good
 from .config import PeriodicConfig, QueuePolicy, WorkerConfig
 from .dispatcher import Dispatcher
@@ -176,7 +176,7 @@ class Worker:
 
     def _fallback(self, closure: Closure, exc: Exception) -> Closure | None:
         """The closure the completer writes instead of one the database refused
-        (see :func:`~.closures.unstorable`): failed or dead-lettered, as its
+        (see :func:`~awa_django.domain.closures.unstorable`): failed or dead-lettered, as its
         queue says, when its values were refused; otherwise retried while
         attempts remain.  A hand-back has none: the attempt stays open for
         the next one."""

@@ -25,8 +25,8 @@ import psycopg
 import pytest
 from testapp import jobs as testjobs
 
+from awa_django.domain.closures import completed
 from awa_django.runtime import dispatcher as dispatcher_module
-from awa_django.runtime.closures import completed
 from awa_django.runtime.completer import BatchCompleter, CompletionEvent
 from awa_django.runtime.config import CompleterConfig
 from awa_django.runtime.dispatcher import WakeupBackoff
