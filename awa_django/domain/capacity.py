@@ -29,6 +29,13 @@ def room(min_workers: int, max_workers: int) -> int:
     return max(0, max_workers - floor(min_workers, max_workers))
 
 
+def process_permits(max_workers: Iterable[int], limit: int | None) -> int:
+    """Jobs one worker process runs at once: its queues' ``max_workers``
+    together, capped by ``GLOBAL_MAX_WORKERS`` (``limit``) when set."""
+    total = sum(max_workers)
+    return total if limit is None else min(total, limit)
+
+
 @dataclass(frozen=True, slots=True)
 class Reservation:
     """The floors of some queues held against ``GLOBAL_MAX_WORKERS``."""

@@ -217,9 +217,9 @@ class WorkerConfig:
 
     @property
     def total_permits(self) -> int:
-        total = sum(policy.max_workers for policy in self.queues)
-        limit = self.global_max_workers
-        return total if limit is None else min(total, limit)
+        return capacity.process_permits(
+            (policy.max_workers for policy in self.queues), self.global_max_workers
+        )
 
     @property
     def overrides(self) -> PeriodicConfig:

@@ -59,6 +59,7 @@ from psycopg_pool import AsyncConnectionPool
 from ..conf import awa_settings, unimplemented_settings
 from ..context import JobContext
 from ..cron import sync_declared
+from ..domain.capacity import process_permits
 from ..domain.closures import handed_back, unstorable
 from ..observability.hooks import observers
 from ..records import ClaimedJob, Closure
@@ -208,8 +209,11 @@ class Worker:
     @property
     def capacity(self) -> int:
         """Jobs this process may run at once with the policies in effect now."""
-        total = sum(d.policy.max_workers for d in self.dispatchers)
-        return total if self.pool_permits is None else min(total, self.pool_permits.total)
+        pool = self.pool_permits
+        return process_permits(
+            (d.policy.max_workers for d in self.dispatchers),
+            None if pool is None else pool.total,
+        )
 
     def _capacity_changed(self) -> None:
         # A live max_workers change: sync handlers need as many threads.
