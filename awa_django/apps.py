@@ -14,9 +14,12 @@ class AwaDjangoConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks  # noqa: F401  (registers the system checks)
+        from .jobs import registry
         from .observability.install import install
 
-        install()  # log lines, signals and (with the otel extra) telemetry
+        # Log lines, signals (sent by the job definition) and, with the otel
+        # extra, telemetry.
+        install(definition=registry.get)
 
         # Every installed app's ``jobs`` module registers its @job kinds, so
         # workers know every kind without extra configuration.

@@ -17,8 +17,8 @@ from asgiref.sync import sync_to_async
 from . import backpressure, dependencies, stripes
 from .conf import awa_settings
 from .cron import PeriodicInfo, fire_metadata, next_occurrence
+from .domain.overrides import check_keys, check_overrides
 from .exceptions import CallbackNotFound, InvalidJob, JobNotFound
-from .overrides import check_keys, check_overrides
 from .payload import check_kind, check_priority, check_queue, to_json
 from .pgtext import clean_text
 from .records import (

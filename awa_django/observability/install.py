@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+from collections.abc import Callable
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -35,16 +37,23 @@ def otel_wanted(settings: AwaSettings) -> bool:
     return settings.telemetry is True or otel_available()
 
 
-def install(settings: AwaSettings | None = None) -> list[Observer]:
-    """Register the default observers (idempotent); returns those registered."""
+def install(
+    settings: AwaSettings | None = None, *, definition: Callable[[str], Any] | None = None
+) -> list[Observer]:
+    """Register the default observers (idempotent); returns those registered.
+
+    ``definition``: a kind's job definition, the sender of its signals (the
+    app passes the job registry's lookup).
+    """
     if settings is None:
         try:
             settings = awa_settings()
         except ImproperlyConfigured:
             settings = AwaSettings()  # the system checks report the problem
-    for kind in (LogObserver, SignalObserver):
-        if observers.of_type(kind) is None:
-            observers.add(kind())
+    if observers.of_type(LogObserver) is None:
+        observers.add(LogObserver())
+    if observers.of_type(SignalObserver) is None:
+        observers.add(SignalObserver() if definition is None else SignalObserver(definition))
     if otel_wanted(settings):
         try:
             from .otel import OtelObserver

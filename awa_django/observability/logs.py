@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..conf import awa_settings
+from ..domain.closures import last_error
 from ..records import CANCELLED, COMPLETED, DLQ, FAILED, RETRYABLE, ClaimedJob, Closure
-from ..runtime.closures import last_error
 from .hooks import Observer
 
 log = logging.getLogger("awa_django.jobs")

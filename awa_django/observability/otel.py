@@ -8,17 +8,8 @@ extra never imports this module (:mod:`.install` looks the package up
 without importing it).
 
 Metrics
-    One instrument per entry of :data:`.metrics.ALL`, built from the table
-    (name, kind, unit, description, attribute names), so OpenTelemetry and
-    Prometheus agree on every name.  Histograms are recorded as things
-    happen.  Counters are asynchronous (observable) counters over running
-    totals the hooks keep per attribute set: counting a job is a dict update,
-    not a call into the SDK (the exported data is the same monotonic sum;
-    only exemplars are left out).  Gauges are observable too and read what
-    the hooks left behind: the leader's last queue sample
-    (``awa.queue.depth``/``awa.queue.lag``, reported by the leader only, and
-    dropped when it steps down or the sample grows old) and this process's
-    runtime state.
+    One instrument per entry of :data:`.metrics.ALL` (see
+    :mod:`.otel_names` for how they are built and fed).
 
 Spans
     ``send {queue}`` (PRODUCER) around an enqueue, and ``process {kind}``
@@ -45,13 +36,15 @@ Spans
 
 Cost
     The hot path does as little as it can: the attempt scope makes a
-    :class:`_LazySpan` current (a start time, no SDK span yet), and closing
+    :class:`~.otel_spans.LazySpan` current (a start time, no SDK span yet), and closing
     an attempt appends one item to a queue (:mod:`.idle`) that the event
     loop works off when nothing else is ready to run -- while the worker
     waits on PostgreSQL: the span, handed to the span processors already
     finished with the recorded start and end times and the outcome among
     its attributes (:mod:`.finished`), the duration histogram (grouped per
-    attribute set, :mod:`.bulk`), the outcome counts.  A handler that looks
+    attribute set, :mod:`.bulk`), the outcome counts.  The lazy span and
+    the attempt scope are :mod:`.otel_spans`; names and attribute sets
+    :mod:`.otel_names`.  A handler that looks
     at its span (a child span, ``get_current_span()``, an enqueue capturing
     the traceparent) builds the SDK span at once.  ``awa_bench --telemetry
     both`` measures what is left.
@@ -64,17 +57,13 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
-from contextvars import ContextVar
 from typing import Any
 
-from opentelemetry import context as otel_context
 from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
-from opentelemetry.context import Context
-from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
-from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
+from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 from opentelemetry.trace import (
     Link,
     NonRecordingSpan,
@@ -83,170 +72,37 @@ from opentelemetry.trace import (
     SpanKind,
     Status,
     StatusCode,
-    TraceFlags,
     TracerProvider,
 )
-from opentelemetry.trace.propagation import _SPAN_KEY
 
 from ..payload import TRACEPARENT_KEY
 from ..records import DLQ, FAILED, RETRYABLE, ClaimedJob, Closure, PreparedJob
 from . import bulk, finished, idle
 from . import metrics as table
 from .hooks import Observer, QueueSample
+from .otel_names import (
+    CACHE_LIMIT,
+    JOB_ATTEMPT,
+    JOB_KIND,
+    JOB_OUTCOME,
+    JOB_STALE,
+    MESSAGING_BATCH_COUNT,
+    MESSAGING_DESTINATION,
+    MESSAGING_MESSAGE_ID,
+    MESSAGING_OPERATION_TYPE,
+    MESSAGING_SYSTEM,
+    SAMPLE_MAX_AGE,
+    SCOPE,
+    SYSTEM,
+    Attributes,
+    Totals,
+    instruments,
+)
+from .otel_spans import ROOT, AttemptScope, LazySpan, end_parked, parse_traceparent, traceparent_of
 
 log = logging.getLogger(__name__)
 
-#: The instrumentation scope: what a backend shows as the library that
-#: produced a span or a metric.
-SCOPE = "awa_django"
-
-# Semantic-convention attribute names (messaging spans).
-MESSAGING_SYSTEM = "messaging.system"
-MESSAGING_DESTINATION = "messaging.destination.name"
-MESSAGING_OPERATION_TYPE = "messaging.operation.type"
-MESSAGING_MESSAGE_ID = "messaging.message.id"
-MESSAGING_BATCH_COUNT = "messaging.batch.message_count"
-SYSTEM = "awa"
-# awa's own span attributes.
-JOB_KIND = "awa.job.kind"
-JOB_ATTEMPT = "awa.job.attempt"
-JOB_OUTCOME = "awa.job.outcome"
-JOB_STALE = "awa.job.stale"
-
-#: Histogram buckets (seconds) of the ``s`` histograms: job and claim
-#: durations run from sub-millisecond no-ops to minutes-long handlers.
-SECONDS_BUCKETS = (
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-    60.0,
-    120.0,
-    300.0,
-    600.0,
-)
-
-#: A queue sample older than this is not reported (four intervals of the
-#: leader's ``queue_gauges`` task): a leader that stopped sampling must not
-#: freeze its last reading into the dashboards.
-SAMPLE_MAX_AGE = 60.0
-
-# Attribute dicts cached per key are bounded: a pathological number of
-# queues or kinds must not grow the process without end.
-_CACHE_LIMIT = 4096
-
 _ERROR_TARGETS = frozenset({RETRYABLE, FAILED, DLQ})
-_ROOT = otel_context.Context()  # an empty context: a span started in it is a root
-
-
-def _context_variable() -> ContextVar[Context] | None:
-    """The context variable behind OpenTelemetry's current context, when the
-    runtime context is the API's default (``contextvars``) and its key for
-    the current span is where this module looks; None otherwise (another
-    ``OTEL_PYTHON_CONTEXT``, another API release): then the API's functions
-    are used.  The attempt scope sets it directly: it runs for every job."""
-    runtime = getattr(otel_context, "_RUNTIME_CONTEXT", None)
-    if type(runtime) is not ContextVarsRuntimeContext:
-        return None
-    variable = getattr(runtime, "_current_context", None)
-    if not isinstance(variable, ContextVar):
-        return None
-    probe = NonRecordingSpan(SpanContext(1, 2, False))
-    made = trace.set_span_in_context(probe, _ROOT)
-    if dict(made) != {_SPAN_KEY: probe} or trace.get_current_span(made) is not probe:
-        return None
-    return variable
-
-
-_CURRENT = _context_variable()
-
-
-def traceparent_of(context: SpanContext) -> str:
-    """``context`` in the W3C ``traceparent`` format (version 00)."""
-    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
-
-
-def parse_traceparent(value: object) -> SpanContext | None:
-    """The remote span context a W3C ``traceparent`` names; None if ``value``
-    is not one (unknown versions are read by their version-00 prefix, as
-    the W3C spec asks)."""
-    if not isinstance(value, str) or len(value) < 55:
-        return None
-    version, trace_id, span_id, flags = value[:2], value[3:35], value[36:52], value[53:55]
-    if value[2] != "-" or value[35] != "-" or value[52] != "-" or version == "ff":
-        return None
-    if version == "00" and len(value) != 55:
-        return None
-    try:
-        context = SpanContext(
-            int(trace_id, 16),
-            int(span_id, 16),
-            is_remote=True,
-            trace_flags=TraceFlags(int(flags, 16)),
-        )
-        int(version, 16)
-    except ValueError:
-        return None
-    return context if context.is_valid else None
-
-
-class _Attributes:
-    """Attribute dicts for one set of attribute names, one per value tuple.
-
-    Instruments get the same dict object for the same values, built once:
-    nothing is allocated per job.
-    """
-
-    __slots__ = ("_cache", "_names")
-
-    def __init__(self, *names: str) -> None:
-        self._names = names
-        self._cache: dict[tuple[str, ...], dict[str, str]] = {}
-
-    def __call__(self, *values: str) -> dict[str, str]:
-        attributes = self._cache.get(values)
-        if attributes is None:
-            attributes = dict(zip(self._names, values, strict=True))
-            if len(self._cache) < _CACHE_LIMIT:
-                self._cache[values] = attributes
-        return attributes
-
-
-class _Totals:
-    """Running totals of one counter per attribute values, reported by an
-    observable counter.  Adding is a dict update under a lock (producer
-    threads count enqueues concurrently); no SDK call per event."""
-
-    __slots__ = ("_lock", "_names", "_totals")
-
-    def __init__(self, *names: str) -> None:
-        self._names = names
-        self._lock = threading.Lock()
-        self._totals: dict[tuple[str, ...], list[Any]] = {}
-
-    def add(self, values: tuple[str, ...], amount: int = 1) -> None:
-        with self._lock:
-            entry = self._totals.get(values)
-            if entry is None:
-                self._totals[values] = [dict(zip(self._names, values, strict=True)), amount]
-            else:
-                entry[1] += amount
-
-    def observe(self, options: CallbackOptions) -> Iterable[Observation]:
-        with self._lock:
-            entries = [(attributes, total) for attributes, total in self._totals.values()]
-        return [Observation(total, attributes) for attributes, total in entries]
 
 
 def _version() -> str:
@@ -254,138 +110,6 @@ def _version() -> str:
         return importlib.metadata.version("awa-django")
     except importlib.metadata.PackageNotFoundError:
         return ""
-
-
-class _LazySpan(Span):
-    """An attempt's ``process`` span, built only when someone looks at it.
-
-    The SDK spends tens of microseconds building a span (ids, the sampler,
-    attribute validation, the processor hand-off), as much again as the
-    whole claim-run-close of a no-op job.  So the attempt scope records the
-    start time and makes this stand-in the ambient span; the real span is
-    built with that start time by whoever needs it first: the handler (a
-    child span, ``trace.get_current_span()``, a traceparent captured by an
-    enqueue inside it) on its own thread, or -- for most jobs -- the
-    observer's idle-time work after the outcome is durable, with the
-    outcome among its first attributes.  Every method forwards to the real
-    span; building it is done once, under a lock.
-    """
-
-    __slots__ = ("_job", "_observer", "_real", "error", "start_ns")
-
-    #: Serialises building (rare: most spans are recorded finished, see
-    #: :mod:`.finished`).  One lock for all: allocating a lock per attempt
-    #: cost more than the rest of the stand-in.
-    _build_lock = threading.Lock()
-
-    def __init__(self, observer: OtelObserver, job: ClaimedJob) -> None:
-        self._observer = observer
-        self._job = job
-        self._real: Span | None = None
-        self.start_ns = time.time_ns()
-        #: The exception the handler raised, if it raised one (its meaning is
-        #: known once the closure is).
-        self.error: BaseException | None = None
-
-    def real(self, outcome: str | None = None) -> Span:
-        """The SDK's span, built now if nobody asked for it before
-        (``outcome``: an attribute it starts with)."""
-        real = self._real
-        if real is None:
-            with self._build_lock:
-                real = self._real
-                if real is None:
-                    real = self._real = self._observer._start_process(
-                        self._job, self.start_ns, outcome
-                    )
-        return real
-
-    @property
-    def built(self) -> bool:
-        return self._real is not None
-
-    def end(self, end_time: int | None = None) -> None:
-        self.real().end(end_time)
-
-    def get_span_context(self) -> SpanContext:
-        return self.real().get_span_context()
-
-    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
-        self.real().set_attributes(attributes)
-
-    def set_attribute(self, key: str, value: Any) -> None:
-        self.real().set_attribute(key, value)
-
-    def add_event(
-        self, name: str, attributes: Mapping[str, Any] | None = None, timestamp: int | None = None
-    ) -> None:
-        self.real().add_event(name, attributes, timestamp)
-
-    def add_link(self, context: SpanContext, attributes: Mapping[str, Any] | None = None) -> None:
-        self.real().add_link(context, attributes)
-
-    def update_name(self, name: str) -> None:
-        self.real().update_name(name)
-
-    def is_recording(self) -> bool:
-        return self.real().is_recording()
-
-    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
-        self.real().set_status(status, description)
-
-    def record_exception(
-        self,
-        exception: BaseException,
-        attributes: Mapping[str, Any] | None = None,
-        timestamp: int | None = None,
-        escaped: bool = False,
-    ) -> None:
-        self.real().record_exception(exception, attributes, timestamp, escaped)
-
-
-class _AttemptScope:
-    """Makes the attempt's (lazy) span the ambient context while the handler runs."""
-
-    __slots__ = ("_span", "_token")
-
-    def __init__(self, span: _LazySpan) -> None:
-        self._span = span
-
-    def __enter__(self) -> Span:
-        span = self._span
-        if _CURRENT is None:
-            self._token = otel_context.attach(trace.set_span_in_context(span))
-        else:  # what attach(set_span_in_context(span)) does, without four calls
-            current = _CURRENT.get()
-            self._token = _CURRENT.set(
-                Context({**current, _SPAN_KEY: span}) if current else Context({_SPAN_KEY: span})
-            )
-        return span
-
-    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        if _CURRENT is None:
-            otel_context.detach(self._token)
-        else:
-            try:
-                _CURRENT.reset(self._token)
-            except ValueError:  # as detach() does: say so, do not fail the attempt
-                log.exception("Failed to detach context")
-        if exc is None:
-            return
-        span = self._span
-        if isinstance(exc, Exception):
-            span.error = exc
-            return
-        # Cancelled (shutdown) or interrupted: no closure will come from here.
-        job = span._job
-        span._observer._open.pop((job.job_id, job.run_lease), None)
-        real = span.real("interrupted")
-        real.record_exception(exc)
-        real.end()
-
-
-def _end_parked(lazy: _LazySpan, end_ns: int) -> None:
-    lazy.real("waiting_external").end(end_ns)
 
 
 class OtelObserver(Observer):
@@ -412,7 +136,7 @@ class OtelObserver(Observer):
         self.meter = otel_metrics.get_meter(SCOPE, version, meter_provider=meter_provider)
         # Attempts whose span is open, by (job_id, run_lease): written on
         # handler threads, read on the event loop (single dict operations).
-        self._open: dict[tuple[int, int], _LazySpan] = {}
+        self._open: dict[tuple[int, int], LazySpan] = {}
         self._deferred = idle.IdleWork()
         # Bound once: a bound method built per job is one more allocation.
         self._record_closes_work = self._record_closes
@@ -428,10 +152,20 @@ class OtelObserver(Observer):
         self._finisher: tuple[Any, Any, Any, finished.FinishedSpans | None] | None = None
         # Attribute names come from the table, values from the hooks.
         self._totals = {
-            m.name: _Totals(*m.attributes) for m in table.ALL if m.instrument == table.COUNTER
+            m.name: Totals(*m.attributes) for m in table.ALL if m.instrument == table.COUNTER
         }
-        self._labels = {m.name: _Attributes(*m.attributes) for m in table.ALL}
-        self.instruments = self._instruments(self.meter)
+        self._labels = {m.name: Attributes(*m.attributes) for m in table.ALL}
+        self.instruments = instruments(
+            self.meter,
+            self._totals,
+            {
+                table.QUEUE_DEPTH.name: self._observe_depth,
+                table.QUEUE_LAG.name: self._observe_lag,
+                table.RUNTIME_UP.name: self._observe_up,
+                table.RUNTIME_LEADER.name: self._observe_leader,
+                table.INFLIGHT.name: self._observe_inflight,
+            },
+        )
         totals, ins = self._totals, self.instruments
         self._enqueued = totals[table.ENQUEUED.name]
         self._claims = totals[table.CLAIMS.name]
@@ -471,44 +205,6 @@ class OtelObserver(Observer):
         return True
 
     # -- instruments -----------------------------------------------------------
-
-    def _instruments(self, meter: Meter) -> dict[str, Any]:
-        """One instrument per entry of the metrics table."""
-        gauges: dict[str, Callable[[CallbackOptions], Iterable[Observation]]] = {
-            table.QUEUE_DEPTH.name: self._observe_depth,
-            table.QUEUE_LAG.name: self._observe_lag,
-            table.RUNTIME_UP.name: self._observe_up,
-            table.RUNTIME_LEADER.name: self._observe_leader,
-            table.INFLIGHT.name: self._observe_inflight,
-        }
-        built: dict[str, Any] = {}
-        for metric in table.ALL:
-            if metric.instrument == table.COUNTER:
-                built[metric.name] = meter.create_observable_counter(
-                    metric.name,
-                    callbacks=[self._totals[metric.name].observe],
-                    unit=metric.unit,
-                    description=metric.description,
-                )
-            elif metric.instrument == table.HISTOGRAM:
-                built[metric.name] = meter.create_histogram(
-                    metric.name,
-                    unit=metric.unit,
-                    description=metric.description,
-                    explicit_bucket_boundaries_advisory=(
-                        SECONDS_BUCKETS if metric.unit == "s" else None
-                    ),
-                )
-            elif metric.instrument == table.GAUGE:
-                built[metric.name] = meter.create_observable_gauge(
-                    metric.name,
-                    callbacks=[gauges[metric.name]],
-                    unit=metric.unit,
-                    description=metric.description,
-                )
-            else:
-                raise ValueError(f"{metric.name}: unknown instrument {metric.instrument!r}")
-        return built
 
     # -- producer side ---------------------------------------------------------
 
@@ -555,9 +251,9 @@ class OtelObserver(Observer):
     def attempt_scope(self, job: ClaimedJob) -> AbstractContextManager[Any] | None:
         # The span starts now (the handler is called right after) and is
         # found again by its attempt when the close comes.
-        span = _LazySpan(self, job)
+        span = LazySpan(self, job)
         self._open[(job.job_id, job.run_lease)] = span
-        return _AttemptScope(span)
+        return AttemptScope(span)
 
     def _process_fields(
         self, job: ClaimedJob, outcome: str | None
@@ -576,7 +272,7 @@ class OtelObserver(Observer):
 
     def _start_process(self, job: ClaimedJob, start_ns: int, outcome: str | None) -> Span:
         name, attributes, parent, links = self._process_fields(job, outcome)
-        context = _ROOT if parent is None else trace.set_span_in_context(NonRecordingSpan(parent))
+        context = ROOT if parent is None else trace.set_span_in_context(NonRecordingSpan(parent))
         return self.tracer.start_span(
             name,
             context=context,
@@ -616,7 +312,7 @@ class OtelObserver(Observer):
                     JOB_KIND: kind,
                 },
             )
-            if len(self._process) < _CACHE_LIMIT:
+            if len(self._process) < CACHE_LIMIT:
                 self._process[(queue, kind)] = found
         return found
 
@@ -708,7 +404,7 @@ class OtelObserver(Observer):
             except Exception:
                 log.exception("recording awa.job.duration failed")
 
-    def _end_span(self, lazy: _LazySpan, closure: Closure, applied: bool, end_ns: int) -> None:
+    def _end_span(self, lazy: LazySpan, closure: Closure, applied: bool, end_ns: int) -> None:
         """End an attempt's span the SDK's way: it was touched while the
         attempt ran, the attempt failed, or the fast path does not apply."""
         outcome = closure.outcome
@@ -737,7 +433,7 @@ class OtelObserver(Observer):
         self._settled()
         lazy = self._open.pop((job.job_id, job.run_lease), None)
         if lazy is not None:
-            self._deferred.put((_end_parked, lazy, time.time_ns()))
+            self._deferred.put((end_parked, lazy, time.time_ns()))
 
     def maintained(self, task: str, result: object, seconds: float) -> None:
         self._task_duration.record(seconds, self._task_labels(task))

@@ -7,6 +7,11 @@ connections are checked before each delivery, like a request's, and closed
 whenever it runs out of work.  :meth:`Delivery.flush` waits
 until everything handed over has been delivered (the worker calls it on its
 way out, tests call it before they assert).
+
+A signal's sender is the job's definition (``@job``), so a receiver can
+listen to one kind.  The observer is handed the lookup from kind to
+definition (the app passes the job registry's) rather than importing the
+registry: observability sits below the job API, which reports to it.
 """
 
 from __future__ import annotations
@@ -15,16 +20,15 @@ import contextlib
 import logging
 import queue
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from django.db import close_old_connections, connections
 from django.dispatch import Signal
 
 from .. import signals
-from ..jobs import Job, registry
+from ..domain.closures import last_error
 from ..records import CANCELLED, COMPLETED, DLQ, FAILED, RETRYABLE, ClaimedJob, Closure, PreparedJob
-from ..runtime.closures import last_error
 from .hooks import Observer
 from .logs import job_fields
 
@@ -46,8 +50,8 @@ def _send(signal: Signal, sender: Any, kwargs: dict[str, Any]) -> None:
     signal.send_robust(sender, **kwargs)
 
 
-def _definition(kind: str) -> Job[..., Any] | None:
-    return registry.get(kind)
+def _no_definition(kind: str) -> None:
+    return None
 
 
 class Delivery:
@@ -94,8 +98,10 @@ class Delivery:
 class SignalObserver(Observer):
     """Sends each lifecycle signal that has a receiver."""
 
-    def __init__(self) -> None:
+    def __init__(self, definition: Callable[[str], Any] = _no_definition) -> None:
+        """``definition``: the sender of a kind's signals (its job definition)."""
         self.delivery = Delivery()
+        self._definition = definition
 
     @property
     def scoped(self) -> bool:  # type: ignore[override]
@@ -109,7 +115,7 @@ class SignalObserver(Observer):
             if job_id is not None:
                 _send(
                     signals.job_enqueued,
-                    _definition(prepared.kind),
+                    self._definition(prepared.kind),
                     {"job_id": job_id, "kind": prepared.kind, "queue": prepared.queue},
                 )
 
@@ -120,7 +126,7 @@ class SignalObserver(Observer):
 
     @contextlib.contextmanager
     def _started(self, job: ClaimedJob) -> Iterator[None]:
-        _send(signals.job_started, _definition(job.kind), job_fields(job))
+        _send(signals.job_started, self._definition(job.kind), job_fields(job))
         yield
 
     def closed(self, job: ClaimedJob, closure: Closure, applied: bool, seconds: float) -> None:
@@ -132,7 +138,7 @@ class SignalObserver(Observer):
         kwargs["duration"] = seconds
         if closure.target in _WITH_ERROR:
             kwargs["error"] = last_error(closure)
-        self.delivery.put(signal, _definition(job.kind), kwargs)
+        self.delivery.put(signal, self._definition(job.kind), kwargs)
 
     def closed_many(
         self, closes: Sequence[tuple[ClaimedJob, Closure, bool]], seconds: float

@@ -51,12 +51,13 @@ from typing import Any
 from django.db import transaction
 
 from ..context import JobContext
+from ..domain.closures import completed
 from ..jobs import Job
 from ..records import ClaimedJob, Closure
 from ..storage.attempts import close_attempts
 from ..storage.base import run
 from ..storage.connection import alias_for
-from .closures import completed
+from .handlers import call_handler
 from .leases import is_leased
 
 
@@ -89,9 +90,6 @@ def close_in_transaction(
     stale); an exception of the handler, the close or the commit propagates
     after the rollback.
     """
-    # Imported here: the handler call lives with the executor, which imports us.
-    from .executor import call_handler
-
     alias = alias_for(database)
     try:
         with transaction.atomic(using=alias):

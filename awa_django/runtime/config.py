@@ -22,6 +22,7 @@ from typing import Any
 from .. import partitioned, stripes
 from ..conf import AwaSettings, QueueConfig, RateLimit
 from ..descriptors import Declared, declared_for
+from ..domain import capacity
 from ..exceptions import InvalidJob
 from ..jobs import registry
 from ..payload import check_queue
@@ -171,12 +172,15 @@ class WorkerConfig:
         if len(set(names)) != len(names):
             raise ValueError(f"a queue is listed twice: {names}")
         limit = self.global_max_workers
-        floors = sum(min(p.queue.min_workers, p.max_workers) for p in self.queues)
-        if limit is not None and floors > limit:
-            raise ValueError(
-                f"the min_workers of the queues add up to {floors}, more than "
-                f"GLOBAL_MAX_WORKERS ({limit})"
+        if limit is not None:
+            held = capacity.reservation(
+                limit, (capacity.floor(p.queue.min_workers, p.max_workers) for p in self.queues)
             )
+            if not held.fits:
+                raise ValueError(
+                    f"the min_workers of the queues add up to {held.reserved}, more than "
+                    f"GLOBAL_MAX_WORKERS ({limit})"
+                )
 
     @property
     def global_max_workers(self) -> int | None:
@@ -213,9 +217,9 @@ class WorkerConfig:
 
     @property
     def total_permits(self) -> int:
-        total = sum(policy.max_workers for policy in self.queues)
-        limit = self.global_max_workers
-        return total if limit is None else min(total, limit)
+        return capacity.process_permits(
+            (policy.max_workers for policy in self.queues), self.global_max_workers
+        )
 
     @property
     def overrides(self) -> PeriodicConfig:
@@ -308,12 +312,13 @@ def build_config(
             queue = dataclasses.replace(queue, max_workers=count)
         policies.append(QueuePolicy(queue, settings.dlq_enabled(name)))
     limit = settings.global_max_workers
-    floors = sum(policy.queue.min_workers for policy in policies)
-    if limit is not None and floors > limit:
-        raise InvalidJob(
-            f"the min_workers of the selected queues add up to {floors}, more than "
-            f"GLOBAL_MAX_WORKERS ({limit}): run fewer queues per process or lower them"
-        )
+    if limit is not None:
+        held = capacity.reservation(limit, (policy.queue.min_workers for policy in policies))
+        if not held.fits:
+            raise InvalidJob(
+                f"the min_workers of the selected queues add up to {held.reserved}, more than "
+                f"GLOBAL_MAX_WORKERS ({limit}): run fewer queues per process or lower them"
+            )
     return WorkerConfig(
         settings=settings,
         conninfo=with_server_settings(conninfo, RUNTIME_SESSION_SETTINGS),

@@ -14,11 +14,10 @@ between their claim and their durable close).  When a claim comes back short the
 for now: the dispatcher sleeps until a NOTIFY on the queue's channel or
 ``poll_interval``, whichever comes first.
 
-Woken by a NOTIFY, it waits a short back-off before claiming (see
-:class:`WakeupBackoff`): notifications arriving meanwhile share that one
-claim, and of P worker processes all woken by the same enqueue, the ones
-that keep finding the job gone (claimed by another) back off towards the
-poll interval, so a job costs about one claim instead of P.
+Woken by a NOTIFY, it waits a short back-off before claiming, and a rate
+limit (this process's, or the fleet's, kept in the database) caps what it
+claims: both are :mod:`.pacing`.  Closing what was claimed -- handing
+closures to the completer and freeing permits -- is :mod:`.closing`.
 
 A queue's ``claimers`` option runs that many such claim loops in the
 process.  They share the queue's permits (a loop claims only for permits it
@@ -30,11 +29,6 @@ A striped queue (``QUEUE_STRIPE_COUNT`` > 1) is claimed over all its
 stripes in one statement, each claim starting one stripe further on
 (:class:`~awa_django.stripes.Rotation`): the dispatcher, its permits and its
 limits stay those of the logical queue.
-
-A fleet-wide limit (``rate_limit_scope: "fleet"``) takes its tokens from one
-row per queue in the database before each claim (awa.take_rate_tokens), so
-every process together starts at most the configured rate; tokens a claim
-could not use go back, and a loop that got none sleeps until one is due.
 
 The policy can change while the dispatcher runs (:meth:`Dispatcher.apply`,
 a live override): the claim batch and the deadline apply from the next
@@ -50,15 +44,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 import uuid
 from collections.abc import Awaitable, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from ..concurrency import CONCURRENCY_KEY
-from ..conf import RateLimit
 from ..context import JobContext
 from ..jobs import Job
 from ..observability.hooks import observers
@@ -69,10 +60,12 @@ from ..storage.attempts import claim, claim_nonce
 from ..stripes import Rotation
 from . import eager
 from .atomic import Settled
-from .completer import Completer, Replaced
+from .closing import ClaimBatch, Closer, _ThreadAttempt
+from .completer import Completer
 from .config import QueuePolicy
 from .executor import Executor, context_for, definition_for
 from .leases import LeaseHub
+from .pacing import TokenBucket, WakeupBackoff, fleet_rate, local_rate
 from .permits import Permits, SharedPermits
 
 log = logging.getLogger("awa_django.worker")
@@ -82,189 +75,14 @@ CLAIM_ERROR_DELAY = 1.0
 # work: none, so a job waits for nothing.  Jobs enqueued while a claim runs
 # share the next claim anyway.
 WAKEUP_DEBOUNCE = 0.0
-# The shortest wait of a dispatcher whose notified claims came back empty
-# (it grows from there); see WakeupBackoff.
-BACKOFF_FLOOR = 0.001
-# How much each empty / fruitful notified claim lengthens / shortens that wait.
-BACKOFF_FACTOR = 4.0
 # Wait after a keyed attempt closed before claiming again (seconds), so the
 # closes of one completion flush free their slots for one claim.
 SLOT_FREED_DELAY = 0.002
 
 
-def _local_rate(policy: QueuePolicy) -> RateLimit | None:
-    """The rate limit this process applies on its own (none for a fleet-wide one)."""
-    return policy.rate_limit if policy.queue.rate_limit_scope == "process" else None
+class Dispatcher(Closer):
+    """One queue's claim loops, and the attempts they claimed until closed."""
 
-
-def _fleet_rate(policy: QueuePolicy) -> RateLimit | None:
-    """The rate limit every process shares through the database, if any."""
-    return policy.rate_limit if policy.queue.rate_limit_scope == "fleet" else None
-
-
-class TokenBucket:
-    """``rate_limit = (max_rate, burst)``: how many jobs may start now."""
-
-    def __init__(self, rate: float, burst: int) -> None:
-        self.rate = rate
-        self.burst = burst
-        self._tokens = float(burst)
-        self._at = time.monotonic()
-
-    def _refill(self) -> None:
-        now = time.monotonic()
-        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
-        self._at = now
-
-    def available(self) -> int:
-        self._refill()
-        return int(self._tokens)
-
-    def take(self, count: int) -> None:
-        self._tokens -= count
-
-    def refund(self, count: int) -> None:
-        """Give back tokens taken for jobs a claim did not find."""
-        if count:
-            self._refill()
-            self._tokens = min(self.burst, self._tokens + count)
-
-    def retune(self, rate: float, burst: int) -> None:
-        """A new rate and burst; the tokens saved so far are kept (up to the new burst)."""
-        self._refill()
-        self.rate = rate
-        self.burst = burst
-        self._tokens = min(self._tokens, float(burst))
-
-    def wait_time(self) -> float:
-        self._refill()
-        return max(0.0, (1 - self._tokens) / self.rate)
-
-
-class WakeupBackoff:
-    """How long a dispatcher woken by NOTIFY waits before it claims.
-
-    Every worker LISTENing on a queue is woken by each enqueue, so with P
-    worker processes P dispatchers claim for one job and P-1 find nothing.
-    A dispatcher whose notified claim came back empty lost that race (or the
-    job had been taken by an earlier claim): its wait grows ``factor``-fold,
-    up to ``cap`` (the poll interval: a dispatcher that keeps losing claims
-    about as often as it polls anyway).  A claim that finds work shrinks the
-    wait by the same factor, and below ``floor`` it drops to ``base``
-    (by default no wait at all: notifications that arrive while a claim
-    runs share the next one anyway).  So one dispatcher ends up answering
-    NOTIFYs at once while the others stand by, and when work outgrows it,
-    their claims find jobs and bring them back.  A jitter of +-50% keeps
-    processes that wait alike from claiming in lockstep.
-    """
-
-    def __init__(
-        self,
-        base: float,
-        cap: float,
-        factor: float = BACKOFF_FACTOR,
-        rng: random.Random | None = None,
-    ) -> None:
-        self.base = base
-        self.floor = base if base > 0 else BACKOFF_FLOOR
-        self.cap = max(cap, self.floor)
-        self.factor = factor
-        self.current = base
-        self._rng = rng
-
-    def delay(self) -> float:
-        """The wait before the next notified claim (jittered, never above ``cap``)."""
-        if self.current <= 0:
-            return 0.0
-        return min(self.cap, self.current * (self._rng or random).uniform(0.5, 1.5))
-
-    def retune(self, cap: float) -> None:
-        """A new poll interval: the wait never exceeds it."""
-        self.cap = max(cap, self.floor)
-        self.current = min(self.current, self.cap)
-
-    def claimed(self, jobs: int) -> None:
-        """Learn from a notified claim (or any claim that found work)."""
-        if jobs:
-            shorter = self.current / self.factor
-            self.current = shorter if shorter >= self.floor else self.base
-        else:
-            self.current = min(self.cap, max(self.floor, self.current * self.factor))
-
-
-class ClaimBatch:
-    """The jobs of one claim, which share a deadline.
-
-    One timer per claim tells the handlers still running when the deadline
-    passes (the leader's deadline rescue closes the attempts themselves).
-    The timer is cancelled as soon as the batch's last job finishes: a
-    pending timer would keep every context of the batch alive until the
-    deadline (300 s by default), so memory would grow with throughput.
-    """
-
-    __slots__ = ("contexts", "remaining", "timer")
-
-    def __init__(self, contexts: list[JobContext]) -> None:
-        self.contexts = contexts
-        self.remaining = len(contexts)
-        self.timer: asyncio.TimerHandle | None = None
-
-    def expire(self) -> None:
-        self.timer = None
-        for ctx in self.contexts:
-            ctx.cancel()
-
-    def finished(self, count: int) -> None:
-        self.remaining -= count
-        if self.remaining <= 0:
-            if self.timer is not None:
-                self.timer.cancel()  # drops the handle's reference to this batch
-                self.timer = None
-            self.contexts = []
-
-
-class _ThreadAttempt:
-    """A plain function's attempt on a handler thread: where the thread's
-    result goes (a :class:`~.threads.ResultSink`), and ``done``, the future
-    shutdown waits on, resolved once the attempt is closed or parked."""
-
-    __slots__ = ("batch", "began", "ctx", "definition", "dispatcher", "done", "job")
-
-    def __init__(
-        self,
-        dispatcher: Dispatcher,
-        job: ClaimedJob,
-        ctx: JobContext,
-        batch: ClaimBatch,
-        definition: Job[..., Any],
-        began: float,
-        loop: asyncio.AbstractEventLoop,
-    ) -> None:
-        self.dispatcher = dispatcher
-        self.job = job
-        self.ctx = ctx
-        self.batch = batch
-        self.definition = definition
-        self.began = began
-        self.done: asyncio.Future[None] = loop.create_future()
-
-    def cancelled(self) -> bool:
-        # Shutdown gave up on it and handed it back: its late result (a
-        # handler that returned once it saw ctx.is_cancelled()) is dropped.
-        return self.done.cancelled()
-
-    def set_result(self, value: Any, /) -> None:
-        self.dispatcher._thread_finished(self, value, None)
-
-    def set_exception(self, exception: BaseException, /) -> None:
-        self.dispatcher._thread_finished(self, None, exception)
-
-    def settle(self) -> None:
-        if not self.done.done():
-            self.done.set_result(None)
-
-
-class Dispatcher:
     def __init__(
         self,
         policy: QueuePolicy,
@@ -300,7 +118,7 @@ class Dispatcher:
         # Set when an attempt with a concurrency key closed: its slot is
         # free, so a job of that key held aside may be claimable now.
         self._slot_freed = asyncio.Event()
-        rate = _local_rate(policy)
+        rate = local_rate(policy)
         self._bucket = TokenBucket(rate.max_rate, rate.burst) if rate else None
         # A fleet-wide limit (rate_limit_scope "fleet"): tokens come from the
         # database; when it had none, how long until the next one is due.
@@ -353,8 +171,8 @@ class Dispatcher:
         old, self.policy = self.policy, policy
         if policy.max_workers != old.max_workers:
             self.permits.resize(policy.max_workers)
-        rate = _local_rate(policy)
-        if rate != _local_rate(old):
+        rate = local_rate(policy)
+        if rate != local_rate(old):
             if rate is None:
                 self._bucket = None
             elif self._bucket is None:
@@ -398,7 +216,7 @@ class Dispatcher:
 
     async def _claim_as(self, loop: int, nonce: int) -> list[ClaimedJob]:
         wanted = 1 + self.permits.take_up_to(self.policy.claim_batch_size - 1)
-        fleet = _fleet_rate(self.policy)
+        fleet = fleet_rate(self.policy)
         if fleet is not None:
             try:
                 granted, self._fleet_wait = await self._run(
@@ -476,7 +294,7 @@ class Dispatcher:
         """Give back ``count`` fleet rate tokens a claim took and did not use.
         A failure is logged, not raised: the fleet then runs that many
         fewer jobs until its bucket refills."""
-        fleet = _fleet_rate(self.policy)
+        fleet = fleet_rate(self.policy)
         if fleet is None:  # an override lifted it meanwhile
             return
         try:
@@ -658,135 +476,3 @@ class Dispatcher:
             self._record(job, cast("Settled | None", value), attempt.began)
             self._forget(job, batch)
             attempt.settle()
-
-    def _flush_threads(self) -> None:
-        """Close, per claim, the thread results that came back together."""
-        arrived, self._from_threads = self._from_threads, []
-        groups: dict[int, list[tuple[_ThreadAttempt, Closure]]] = {}
-        for attempt, closure in arrived:
-            groups.setdefault(id(attempt.batch), []).append((attempt, closure))
-        create_task = asyncio.get_running_loop().create_task
-        for group in groups.values():
-            first = group[0][0]
-            create_task(
-                self._close_group(
-                    [(a.job, closure) for a, closure in group],
-                    first.batch,
-                    first.began,
-                    [a for a, _ in group],
-                )
-            )
-
-    async def _close_group(
-        self,
-        finished: list[tuple[ClaimedJob, Closure]],
-        batch: ClaimBatch,
-        began: float,
-        attempts: list[_ThreadAttempt] | None = None,
-    ) -> None:
-        """Write the closures of attempts that finished together; their permits
-        are free from the moment the closures are handed over."""
-        count = len(finished)
-        self.permits.release(count)
-        self._unflushed += count
-        try:
-            outcomes = await self._completer.submit_group([closure for _, closure in finished])
-        except asyncio.CancelledError:
-            outcomes = []  # shutdown gave up waiting: the worker hands them back
-        except Exception:
-            log.exception(
-                "%s attempts of queue %s: could not record their outcomes",
-                count,
-                self.policy.name,
-            )
-            outcomes = []
-        finally:
-            self._unflushed -= count
-            self._flushed.set()
-        inflight = self.inflight
-        closes: list[tuple[ClaimedJob, Closure, bool]] = []
-        for index, (job, closure) in enumerate(finished):
-            inflight.pop((job.job_id, job.run_lease, job.claim_nonce), None)
-            if index >= len(outcomes):
-                continue
-            outcome = outcomes[index]
-            if isinstance(outcome, Exception):
-                log.error(
-                    "job %s (%s): could not record its outcome: %s", job.job_id, job.kind, outcome
-                )
-                continue
-            if CONCURRENCY_KEY in job.metadata:
-                self._slot_freed.set()
-            if type(outcome) is Replaced:  # its fallback was written instead
-                closes.append((job, outcome.closure, outcome.applied))
-            else:
-                closes.append((job, closure, cast("bool", outcome)))
-        if closes and observers.active:
-            observers.closed_many(closes, time.perf_counter() - began)
-        for attempt in attempts or ():
-            attempt.settle()
-        batch.finished(count)
-        if not inflight:
-            self._quiet.set()
-
-    def _record(self, job: ClaimedJob, outcome: Settled | None, began: float) -> None:
-        """Account for an attempt that parked (None) or closed itself (atomic)."""
-        if outcome is None:
-            if observers.active:
-                observers.parked(job)  # the lease holds the attempt, the slot is free
-            return
-        applied = self._completer.settled(outcome)
-        if CONCURRENCY_KEY in job.metadata:
-            self._slot_freed.set()
-        if observers.active:
-            observers.closed(job, outcome.closure, applied, time.perf_counter() - began)
-
-    def _forget(self, job: ClaimedJob, batch: ClaimBatch, *, release: bool = True) -> None:
-        """The attempt is no longer this worker's: drop it, and free its
-        permit unless that was done when its closure was handed over."""
-        inflight = self.inflight
-        inflight.pop((job.job_id, job.run_lease, job.claim_nonce), None)
-        if release:
-            self.permits.release()
-        batch.finished(1)
-        if not inflight:
-            self._quiet.set()
-
-    async def _finish(
-        self,
-        job: ClaimedJob,
-        ctx: JobContext,
-        batch: ClaimBatch,
-        rest: Awaitable[Closure | Settled | None],
-        began: float,
-    ) -> None:
-        """The rest of an attempt that had to wait, then its own close."""
-        released = False
-        try:
-            outcome = await rest
-            if type(outcome) is Closure:
-                self.permits.release()
-                released = True
-                self._unflushed += 1
-                try:
-                    (answer,) = await self._completer.submit_group([outcome])
-                finally:
-                    self._unflushed -= 1
-                    self._flushed.set()
-                if isinstance(answer, Exception):
-                    raise answer
-                if type(answer) is Replaced:  # its fallback was written instead
-                    outcome, answer = answer.closure, answer.applied
-                applied = cast("bool", answer)
-                if CONCURRENCY_KEY in job.metadata:
-                    self._slot_freed.set()
-                if observers.active:
-                    observers.closed(job, outcome, applied, time.perf_counter() - began)
-            else:
-                self._record(job, cast("Settled | None", outcome), began)
-        except asyncio.CancelledError:
-            pass
-        except Exception:
-            log.exception("job %s (%s): could not record its outcome", job.job_id, job.kind)
-        finally:
-            self._forget(job, batch, release=not released)

@@ -25,13 +25,7 @@ from typing import Any, TypeVar, cast
 from django.db import close_old_connections
 
 from ..context import JobContext
-from ..exceptions import InvalidJob
-from ..jobs import Job, registry
-from ..observability.hooks import observers
-from ..outcomes import Cancel, WaitForCallback
-from ..records import COMPLETED, ClaimedJob, Closure
-from .atomic import Settled, close_in_transaction
-from .closures import (
+from ..domain.closures import (
     cancelled,
     completed,
     error_entry,
@@ -40,6 +34,13 @@ from .closures import (
     not_parked,
     raised,
 )
+from ..exceptions import InvalidJob
+from ..jobs import Job, registry
+from ..observability.hooks import observers
+from ..outcomes import Cancel, WaitForCallback
+from ..records import COMPLETED, ClaimedJob, Closure
+from .atomic import Settled, close_in_transaction
+from .handlers import call_handler
 from .leases import AttemptLease, LeaseHub
 from .threads import HandlerThreads, ResultSink
 
@@ -218,7 +219,7 @@ def definition_for(job: ClaimedJob, *, dlq: bool) -> Job[..., Any] | Closure:
     none can run: a kind this process does not know (after importing the
     module the job names, see ``registry.find``), or arguments that no
     longer fit the handler -- or an orphaned receipt of the last attempt,
-    handed back counted (see :func:`~.closures.handed_back`: its count
+    handed back counted (see :func:`~awa_django.domain.closures.handed_back`: its count
     passes the limit).  A callback's ``retry`` also brings a last attempt
     back past the limit; that one runs, as a new attempt."""
     if job.attempt > job.max_attempts and handed_back_past_limit(job):
@@ -248,14 +249,6 @@ def with_progress(closure: Closure, ctx: JobContext) -> Closure:
     if closure.target == COMPLETED:
         return closure
     return replace(closure, progress=ctx.progress_snapshot()[1])
-
-
-def call_handler(definition: Job[..., Any], ctx: JobContext, job: ClaimedJob) -> Any:
-    """Call the handler with the attempt's arguments (and ``ctx`` when it
-    takes the context): its value, or the coroutine of an async handler."""
-    if definition.takes_context:
-        return definition.func(ctx, *job.args, **job.kwargs)
-    return definition.func(*job.args, **job.kwargs)
 
 
 T = TypeVar("T")

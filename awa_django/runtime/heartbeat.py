@@ -30,7 +30,7 @@ flight): a claim whose response is late is not orphaned however old its
 ``claimed_at`` (a claim's unused fleet rate tokens are given back only
 after its jobs are registered).  An
 orphan is handed back counted, so no attempt comes back uncounted forever
-(see :func:`~.closures.handed_back`).
+(see :func:`~awa_django.domain.closures.handed_back`).
 """
 
 from __future__ import annotations
@@ -41,10 +41,10 @@ import uuid
 from collections.abc import Callable, Collection, Sequence
 
 from ..descriptors import Declared
+from ..domain.closures import handed_back
 from ..records import ClaimedJob, OpenReceipt
 from ..storage import AsyncRunner, descriptors, leases, runtimes
 from ..storage.attempts import close_attempts, closed_attempts, orphaned_receipts
-from .closures import handed_back
 from .config import PeriodicConfig
 from .inflight import Inflight, nothing_inflight
 from .leases import is_leased

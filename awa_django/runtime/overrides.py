@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from ..overrides import apply_overrides
+from ..domain.overrides import apply_overrides
 from ..storage import AsyncRunner
 from ..storage import overrides as override_store
 from .config import PeriodicConfig, QueuePolicy

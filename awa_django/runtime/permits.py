@@ -14,8 +14,9 @@ Two modes, chosen by ``AWA["GLOBAL_MAX_WORKERS"]``:
   :class:`WeightedPool` of N permits.  Each queue's ``min_workers`` are
   reserved for it (its *floor*, never lent to another queue); the rest, the
   *overflow*, is shared by the queues that have work in proportion to their
-  ``weight``, none above its own ``max_workers``.  See
-  :meth:`WeightedPool.allowance` for the rule.
+  ``weight``, none above its own ``max_workers`` (the rule is
+  :mod:`awa_django.domain.capacity`).  See :meth:`WeightedPool.allowance`
+  for how a running pool converges to it.
 
 Both hand the dispatcher the same interface (``acquire``, ``take_up_to``,
 ``release``, ``resize``, ``busy``), and both may be resized while jobs run
@@ -28,6 +29,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+
+from ..domain import capacity
 
 
 class Permits:
@@ -81,7 +84,7 @@ class SharedPermits:
         self.name = name
         self.min_workers = min_workers
         self.weight = weight
-        self.total = max_workers
+        self._size(max_workers)
         self._held = 0
         self._waiting = 0
         # A queue counts as having work until a claim comes back short, so
@@ -90,15 +93,13 @@ class SharedPermits:
 
     # --- what the pool reads ---
 
-    @property
-    def floor(self) -> int:
-        """Permits reserved for this queue (its ``min_workers``, never above ``max_workers``)."""
-        return min(self.min_workers, self.total)
-
-    @property
-    def room(self) -> int:
-        """The most overflow permits this queue could use (``max_workers`` minus its floor)."""
-        return max(0, self.total - self.floor)
+    def _size(self, total: int) -> None:
+        self.total = total
+        # Worked out once per size, not on every allowance.
+        #: Permits reserved for this queue (its ``min_workers``, never above ``max_workers``).
+        self.floor = capacity.floor(self.min_workers, total)
+        #: The most overflow permits this queue could use (``max_workers`` minus its floor).
+        self.room = capacity.room(self.min_workers, total)
 
     @property
     def overflow_held(self) -> int:
@@ -144,47 +145,13 @@ class SharedPermits:
             self.pool.notify()
 
     def resize(self, total: int) -> None:
-        self.total = total
+        self._size(total)
         self.pool.notify()
 
     def busy(self, has_work: bool) -> None:
         if has_work != self._has_work:
             self._has_work = has_work
             self.pool.notify()
-
-
-def split_overflow(overflow: int, queues: Sequence[tuple[str, int, int]]) -> dict[str, int]:
-    """``overflow`` permits split among ``(name, room, weight)`` queues by weight.
-
-    Water-filling: a queue whose proportional share exceeds its ``room``
-    (what it can use: ``max_workers`` minus its floor) gets exactly that,
-    and the rest is split again among the others.  The integer split gives
-    the leftover permits to the largest remainders (the first queue listed
-    on a tie), so the shares add up to the overflow whenever the queues can
-    use it.
-    """
-    remaining = max(0, overflow)
-    pending = list(queues)
-    result: dict[str, int] = {}
-    while pending:
-        weight = sum(w for _, _, w in pending)
-        capped = [q for q in pending if q[1] * weight <= remaining * q[2]]
-        if not capped:
-            break
-        for name, room, w in capped:
-            result[name] = room
-            remaining -= room
-            pending.remove((name, room, w))
-    if pending:
-        weight = sum(w for _, _, w in pending)
-        exact = [remaining * w for _, _, w in pending]
-        base = [value // weight for value in exact]
-        left = remaining - sum(base)
-        for i in sorted(range(len(pending)), key=lambda i: -(exact[i] % weight))[:left]:
-            base[i] += 1
-        for (name, _, _), share in zip(pending, base, strict=True):
-            result[name] = share
-    return result
 
 
 class WeightedPool:
@@ -202,11 +169,11 @@ class WeightedPool:
             self, name, min_workers=min_workers, max_workers=max_workers, weight=weight
         )
         self.members.append(permits)
-        if self.overflow < 0:
+        held = capacity.reservation(self.total, (m.floor for m in self.members))
+        if not held.fits:
             raise ValueError(
                 f"the min_workers of {', '.join(m.name for m in self.members)} add up to "
-                f"{sum(m.floor for m in self.members)}, more than GLOBAL_MAX_WORKERS "
-                f"({self.total})"
+                f"{held.reserved}, more than GLOBAL_MAX_WORKERS ({self.total})"
             )
         return permits
 
@@ -224,8 +191,9 @@ class WeightedPool:
         self.changed.set()
 
     def shares(self, members: Sequence[SharedPermits]) -> dict[str, int]:
-        """The overflow split among ``members`` (see :func:`split_overflow`)."""
-        return split_overflow(self.overflow, [(m.name, m.room, m.weight) for m in members])
+        """The overflow split among ``members`` (see
+        :func:`~awa_django.domain.capacity.split_overflow`)."""
+        return capacity.split_overflow(self.overflow, [(m.name, m.room, m.weight) for m in members])
 
     def allowance(self, member: SharedPermits) -> int:
         """How many permits ``member`` may take now.

@@ -9,7 +9,7 @@ which shut down gracefully; the supervisor exits once they all have.  In
 
 With a health address the supervisor serves the one listener of the host
 (children cannot share a port) and answers for the children, which report
-to it through shared memory (:class:`~.health.FleetHealth`).
+to it through shared memory (:class:`~.fleet_health.FleetHealth`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import uuid
 from multiprocessing.process import BaseProcess
 
 from .config import WorkerConfig
-from .health import FleetHealth, HealthSlot
+from .fleet_health import FleetHealth, HealthSlot
 
 log = logging.getLogger("awa_django.worker")
 

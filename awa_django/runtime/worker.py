@@ -59,17 +59,19 @@ from psycopg_pool import AsyncConnectionPool
 from ..conf import awa_settings, unimplemented_settings
 from ..context import JobContext
 from ..cron import sync_declared
+from ..domain.capacity import process_permits
+from ..domain.closures import handed_back, unstorable
 from ..observability.hooks import observers
 from ..records import ClaimedJob, Closure
 from ..storage import AsyncRunner
 from ..storage import stripes as stripe_store
 from ..storage.attempts import queues_have_work
-from .closures import handed_back, unstorable
 from .completer import BatchCompleter, refused_for_good
 from .config import PeriodicConfig, QueuePolicy, WorkerConfig
 from .dispatcher import Dispatcher
 from .executor import Executor
-from .health import HealthSlot, WorkerHealth
+from .fleet_health import HealthSlot
+from .health import WorkerHealth
 from .heartbeat import Heartbeat
 from .leases import CALLBACK_CHANNEL, CANCEL_CHANNEL, LeaseHub, is_leased
 from .maintenance import Maintenance
@@ -175,7 +177,7 @@ class Worker:
 
     def _fallback(self, closure: Closure, exc: Exception) -> Closure | None:
         """The closure the completer writes instead of one the database refused
-        (see :func:`~.closures.unstorable`): failed or dead-lettered, as its
+        (see :func:`~awa_django.domain.closures.unstorable`): failed or dead-lettered, as its
         queue says, when its values were refused; otherwise retried while
         attempts remain.  A hand-back has none: the attempt stays open for
         the next one."""
@@ -207,8 +209,11 @@ class Worker:
     @property
     def capacity(self) -> int:
         """Jobs this process may run at once with the policies in effect now."""
-        total = sum(d.policy.max_workers for d in self.dispatchers)
-        return total if self.pool_permits is None else min(total, self.pool_permits.total)
+        pool = self.pool_permits
+        return process_permits(
+            (d.policy.max_workers for d in self.dispatchers),
+            None if pool is None else pool.total,
+        )
 
     def _capacity_changed(self) -> None:
         # A live max_workers change: sync handlers need as many threads.

@@ -1,7 +1,7 @@
 """Live per-queue overrides: the rows operators write and workers read.
 
 Values arrive here already validated and in their stored (JSON) form (see
-:mod:`awa_django.overrides`); this module only moves them in and out of
+:mod:`awa_django.domain.overrides`); this module only moves them in and out of
 ``awa.queue_overrides``.
 """
 

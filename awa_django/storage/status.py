@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..conf import AwaSettings
-from ..overrides import capacity
+from ..domain.overrides import capacity
 from . import overrides
 from .base import Execute, Row, Steps, operation, single
 from .maintenance import HORIZON_UNREADABLE, LEADER_LOCK_KEY, RINGS, prune_horizon
@@ -157,7 +157,7 @@ def storage_status() -> Steps[dict[str, Any]]:
 def capacity_status(settings: AwaSettings) -> Steps[dict[str, Any]]:
     """Per queue, what a worker with ``settings`` runs: reserved permits, cap,
     weight, claimers, batch, rate limit, with the live overrides applied
-    (see :func:`awa_django.overrides.capacity`)."""
+    (see :func:`awa_django.domain.overrides.capacity`)."""
     stored = yield from overrides.read().steps
     return capacity(settings, stored)
 

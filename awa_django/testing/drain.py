@@ -4,7 +4,7 @@ A test calls ``drain()`` instead of starting a worker.  Each pass claims
 every ready job (of one queue, or of every queue with available jobs) with
 the storage operation workers use (``storage.attempts.claim``), runs each
 handler in the calling thread, and closes the attempt with the closure a
-worker would write (``runtime.closures``: completed, retryable with
+worker would write (``domain.closures``: completed, retryable with
 backoff, snoozed, cancelled, failed or moved to the DLQ), one
 ``close_attempts`` per job.  Everything runs on Django's connection, so
 inside a ``TestCase`` it sees (and leaves behind, until the rollback) the
@@ -44,11 +44,12 @@ from django.db import DatabaseError
 
 from .. import clock
 from ..conf import AwaSettings, awa_settings
+from ..domain.closures import completed, handed_back, raised
 from ..payload import check_queue
 from ..records import DLQ, ClaimedJob, Closure
 from ..runtime.atomic import Settled, close_in_transaction
-from ..runtime.closures import completed, handed_back, raised
-from ..runtime.executor import call_handler, context_for, definition_for, with_progress
+from ..runtime.executor import context_for, definition_for, with_progress
+from ..runtime.handlers import call_handler
 from ..storage import testing as testing_store
 from ..storage.attempts import claim, close_attempts
 from ..storage.base import run

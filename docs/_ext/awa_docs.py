@@ -121,8 +121,9 @@ class SettingsDirective(SphinxDirective):
 
     def run(self) -> list[nodes.Node]:
         from awa_django import conf
+        from awa_django.conf import declarations
 
-        self.env.note_dependency(conf.__file__)
+        self.env.note_dependency(declarations.__file__)
         return [settings_table(conf.documented_settings())]
 
 
@@ -131,8 +132,9 @@ class QueueOptionsDirective(SphinxDirective):
 
     def run(self) -> list[nodes.Node]:
         from awa_django import conf
+        from awa_django.conf import declarations
 
-        self.env.note_dependency(conf.__file__)
+        self.env.note_dependency(declarations.__file__)
         return [settings_table(conf.documented_queue_options())]
 
 

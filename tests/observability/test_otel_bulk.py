@@ -14,7 +14,7 @@ from opentelemetry.sdk.metrics.export import AggregationTemporality, InMemoryMet
 from opentelemetry.sdk.metrics.view import View
 
 from awa_django.observability.bulk import BulkHistogram
-from awa_django.observability.otel import SECONDS_BUCKETS
+from awa_django.observability.otel_names import SECONDS_BUCKETS
 
 # The SDK release whose private layout this was checked against: there the
 # grouped path must be taken (another release may fall back, which is slower

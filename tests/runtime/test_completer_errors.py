@@ -22,8 +22,8 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from awa_django import Cancel, job, ops
+from awa_django.domain.closures import UNSTORABLE, completed, unstorable
 from awa_django.runtime import completer
-from awa_django.runtime.closures import UNSTORABLE, completed, unstorable
 from awa_django.runtime.completer import MAX_RETRIES, BatchCompleter, Replaced
 from awa_django.runtime.config import CompleterConfig
 from awa_django.storage import AsyncRunner

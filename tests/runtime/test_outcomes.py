@@ -14,7 +14,7 @@ from testapp import jobs
 from testapp.models import Execution
 
 from awa_django import ops
-from awa_django.runtime.backoff import MAX_BACKOFF, retry_delay
+from awa_django.domain.backoff import MAX_BACKOFF, retry_delay
 from awa_django.storage import run
 from awa_django.storage.enqueue import enqueue_one
 from tests.conftest import run_burst

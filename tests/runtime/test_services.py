@@ -16,7 +16,7 @@ from django.db import connection
 from psycopg_pool import AsyncConnectionPool
 
 from awa_django import ops
-from awa_django.runtime.closures import completed
+from awa_django.domain.closures import completed
 from awa_django.runtime.completer import BatchCompleter, CompletionEvent, InlineCompleter
 from awa_django.runtime.config import CompleterConfig, PeriodicConfig
 from awa_django.runtime.executor import context_for

@@ -25,11 +25,12 @@ import psycopg
 import pytest
 from testapp import jobs as testjobs
 
+from awa_django.domain.closures import completed
 from awa_django.runtime import dispatcher as dispatcher_module
-from awa_django.runtime.closures import completed
+from awa_django.runtime import pacing
 from awa_django.runtime.completer import BatchCompleter, CompletionEvent
 from awa_django.runtime.config import CompleterConfig
-from awa_django.runtime.dispatcher import WakeupBackoff
+from awa_django.runtime.pacing import WakeupBackoff
 from awa_django.runtime.worker import Worker
 from awa_django.storage import AsyncRunner
 from awa_django.storage.attempts import claim
@@ -65,7 +66,7 @@ def test_without_a_debounce_a_winner_claims_at_once_and_losers_back_off():
     backoff = WakeupBackoff(0.0, 0.2, rng=random.Random(7))
     assert backoff.delay() == 0.0  # a lone NOTIFY is answered at once
     backoff.claimed(0)  # lost the race: from the floor up
-    assert backoff.current == dispatcher_module.BACKOFF_FLOOR
+    assert backoff.current == pacing.BACKOFF_FLOOR
     assert 0.0005 <= backoff.delay() <= 0.0015
     for _ in range(10):
         backoff.claimed(0)

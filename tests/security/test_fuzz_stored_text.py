@@ -19,9 +19,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from awa_django import CallbackNotFound, InvalidJob, ops
+from awa_django.domain import closures
 from awa_django.pgtext import clean_text, clean_value
 from awa_django.records import ClaimedJob
-from awa_django.runtime import closures
 from awa_django.runtime.executor import context_for
 from awa_django.storage import run
 from awa_django.storage.attempts import claim, close_attempts

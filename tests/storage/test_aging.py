@@ -15,7 +15,7 @@ from django.db import connection
 
 import awa_django
 from awa_django import ops
-from awa_django.runtime import closures
+from awa_django.domain import closures
 from awa_django.storage import SyncRunner
 from awa_django.storage.attempts import claim, close_attempts, promote_due
 from tests.factories import TEST_RUNTIME, claim_jobs

@@ -1,4 +1,4 @@
-"""The pure outcome -> closure mapping (``awa_django.runtime.closures``), no database.
+"""The pure outcome -> closure mapping (``awa_django.domain.closures``), no database.
 
 Pinned: every closure carries the attempt's receipt coordinates; a JSON-able
 return value is kept as JSON text and any other is dropped; failures go to
@@ -16,9 +16,9 @@ import json
 
 import pytest
 
+from awa_django.domain import closures
+from awa_django.domain.backoff import JITTER
 from awa_django.records import ClaimedJob
-from awa_django.runtime import closures
-from awa_django.runtime.backoff import JITTER
 
 
 class BoomError(Exception):

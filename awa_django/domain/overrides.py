@@ -9,7 +9,8 @@ NAME:N``) stay the default: a set override wins, clearing it reverts.
 
 Values are checked by the parsers of ``AWA["QUEUES"]`` and stored as JSON:
 durations in seconds, ``rate_limit`` as ``[max_rate, burst]`` or ``null``
-(no limit).  This module is pure: no database, no runtime.
+(no limit).  This module is pure: no database, no runtime; the capacity
+report applies the rule of :mod:`.capacity`.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from .conf import AwaSettings, QueueConfig, RateLimit, parse_queue_value
-from .exceptions import InvalidJob
-from .runtime.permits import split_overflow
+from ..conf import AwaSettings, QueueConfig, RateLimit, parse_queue_value
+from ..exceptions import InvalidJob
+from . import capacity as rule
 
 #: The queue options a live override may change.
 OVERRIDABLE: tuple[str, ...] = (
@@ -106,19 +107,21 @@ def capacity(settings: AwaSettings, stored: Mapping[str, Mapping[str, Any]]) -> 
     }
     declared = [name for name in names if name in settings.queues]
     floors = {
-        name: min(queue.min_workers, queue.max_workers) for name, (queue, _) in effective.items()
+        name: rule.floor(queue.min_workers, queue.max_workers)
+        for name, (queue, _) in effective.items()
     }
     shares: dict[str, int] = {}
     overflow = None
     if limit is not None:
-        overflow = limit - sum(floors[name] for name in declared)
-        shares = split_overflow(
-            overflow,
+        held, shares = rule.saturated_shares(
+            limit,
             [
-                (name, effective[name][0].max_workers - floors[name], effective[name][0].weight)
+                (name, queue.min_workers, queue.max_workers, queue.weight)
                 for name in declared
+                for queue in (effective[name][0],)
             ],
         )
+        overflow = held.overflow
     rows = []
     for name in names:
         queue, problems = effective[name]
