@@ -7,14 +7,11 @@ caller's transaction.  Async twins carry Django's ``a`` prefix.
 This package is the only door from the Django surfaces (the console, the
 views, the management commands) to the storage: they call these functions
 and never a storage operation themselves.  One module per subject --
-:mod:`~awa_django.ops.jobs`, :mod:`~awa_django.ops.callbacks`,
-:mod:`~awa_django.ops.dlq`, :mod:`~awa_django.ops.periodic`,
-:mod:`~awa_django.ops.queues`, :mod:`~awa_django.ops.catalog` (descriptors
-and runtimes), :mod:`~awa_django.ops.overrides`,
-:mod:`~awa_django.ops.batches`, :mod:`~awa_django.ops.status` (the
-installation as a whole) and :mod:`~awa_django.ops.connection` (which
-database) -- and every public name is re-exported here, so
-``from awa_django import ops; ops.get_job(...)`` is the way to call them.
+``jobs``, ``callbacks``, ``dlq``, ``periodic``, ``queues``, ``catalog``
+(descriptors and runtimes), ``overrides``, ``batches``, ``status`` (the
+installation as a whole) and ``connection`` (which database), with the
+argument checks they share in ``arguments`` -- and every public name is
+re-exported here: ``from awa_django import ops; ops.get_job(...)``.
 """
 
 from __future__ import annotations
