@@ -133,9 +133,9 @@ from .queues import (
     wait_for_room,
 )
 from .status import (
-    SCHEMA_VERSION,
     capacity_status,
     read_only,
+    required_substrate_version,
     storage_status,
     substrate_version,
 )
@@ -148,7 +148,6 @@ __all__ = [
     "MAX_FILTER_LENGTH",
     "MAX_ID",
     "ROOM_NAMES",
-    "SCHEMA_VERSION",
     "acancel_batch_operation",
     "acancel_job",
     "aclear_queue_override",
@@ -228,6 +227,7 @@ __all__ = [
     "queue_overrides",
     "queue_samples",
     "read_only",
+    "required_substrate_version",
     "resume_external",
     "resume_periodic",
     "resume_queue",

@@ -16,10 +16,6 @@ from ..storage import status as status_store
 from ..storage import substrate
 from ..storage.base import run
 
-#: The substrate version this code needs (a newer one is fine: during a
-#: rolling deploy the previous release runs against the next schema).
-SCHEMA_VERSION = substrate.SCHEMA_VERSION
-
 
 def storage_status(*, database: str | None = None) -> dict[str, Any]:
     """The queue storage's state as one JSON-ready dict: ring cursors and the
@@ -37,8 +33,14 @@ def capacity_status(*, database: str | None = None) -> dict[str, Any]:
 
 def substrate_version(*, database: str | None = None) -> int | None:
     """The version of the awa substrate installed in the database, or None
-    when it is not installed (compare with :data:`SCHEMA_VERSION`)."""
+    when it is not installed (compare with :func:`required_substrate_version`)."""
     return run(substrate.installed_version(), database)
+
+
+def required_substrate_version() -> int:
+    """The substrate version this code needs.  A newer one is fine: during a
+    rolling deploy the previous release runs against the next schema."""
+    return substrate.SCHEMA_VERSION
 
 
 def read_only(*, database: str | None = None) -> bool:

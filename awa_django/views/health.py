@@ -70,7 +70,7 @@ def substrate_installed(alias: str) -> None:
     keeps running against the schema the new release migrated to.
     """
     version = ops.substrate_version(database=alias)
-    needed = ops.SCHEMA_VERSION
+    needed = ops.required_substrate_version()
     if version is None:
         raise Unavailable(f"the awa substrate is not installed in database {alias!r}")
     if version < needed:
