@@ -38,10 +38,9 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 
+from .. import ops
 from ..conf import awa_settings
 from ..exceptions import CallbackNotFound, InvalidJob, JobNotFound
-from ..storage import status
-from ..storage.base import run
 
 #: The key of ``ConsoleAdmin.action_models`` for the list's bulk actions.
 BULK = "bulk"
@@ -70,7 +69,7 @@ def read_only(request: HttpRequest) -> bool:
         cached = awa_settings().admin_read_only
         if not cached:
             try:
-                cached = run(status.read_only())
+                cached = ops.read_only()
             except DatabaseError:
                 cached = True  # cannot tell: do not offer writes
         request._awa_read_only = cached  # type: ignore[attr-defined]

@@ -271,10 +271,10 @@ def describe_database(database: str | None) -> str:
     Read from the open connection, so libpq's defaults and environment
     variables are resolved; the password is never part of it.
     """
-    from awa_django.storage.connection import alias_for, django_connection
+    from awa_django import ops
 
-    alias = alias_for(database)
-    connection = django_connection(alias)
+    alias = ops.database_alias(database)
+    connection = ops.database_connection(alias)
     connection.ensure_connection()
     info = connection.connection.info
     host = info.host or "local socket"

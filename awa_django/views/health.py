@@ -35,10 +35,8 @@ from django.db import DatabaseError, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 
+from .. import ops
 from ..conf import awa_settings
-from ..storage import runtimes, substrate
-from ..storage.base import run
-from ..storage.connection import alias_for, django_connection
 from . import method_not_allowed
 
 SAFE_METHODS = ("GET", "HEAD")
@@ -54,7 +52,7 @@ HealthCheck = Callable[[str], None]
 
 def database_answers(alias: str) -> None:
     """The database answers ``SELECT 1`` on Django's connection for ``alias``."""
-    connection = django_connection(alias)
+    connection = ops.database_connection(alias)
     connection.ensure_connection()
     # is_usable() runs SELECT 1 on the open connection, outside Django's
     # cursor wrapper (so no query is logged or counted).
@@ -71,8 +69,8 @@ def substrate_installed(alias: str) -> None:
     A newer substrate is ready: during a rolling deploy the previous release
     keeps running against the schema the new release migrated to.
     """
-    version = run(substrate.installed_version(), alias)
-    needed = substrate.SCHEMA_VERSION
+    version = ops.substrate_version(database=alias)
+    needed = ops.required_substrate_version()
     if version is None:
         raise Unavailable(f"the awa substrate is not installed in database {alias!r}")
     if version < needed:
@@ -86,7 +84,7 @@ def workers_serving(alias: str) -> None:
     """Every queue of ``AWA["QUEUES"]`` is listed by a live runtime (a heartbeat
     within ``HEARTBEAT_STALENESS``).  Not a web readiness check (see above)."""
     settings = awa_settings()
-    live = run(runtimes.list_runtimes(settings.heartbeat_staleness), alias)
+    live = ops.list_runtimes(database=alias)
     served = {queue for info in live if info.alive for queue in info.queues}
     missing = [queue for queue in settings.queues if queue not in served]
     if missing:
@@ -103,10 +101,10 @@ def _first_failure(
     """Run ``checks`` in order: the first that fails and why (None: the set-up)."""
     failing: HealthCheck | None = None
     try:
-        alias = alias_for(database)
+        alias = ops.database_alias(database)
         # Under ATOMIC_REQUESTS the probe runs in the request's transaction:
         # each check gets a savepoint, so a failed statement cannot abort it.
-        in_transaction = django_connection(alias).in_atomic_block
+        in_transaction = ops.database_connection(alias).in_atomic_block
         for check in checks:
             failing = check
             with transaction.atomic(using=alias) if in_transaction else nullcontext():

@@ -8,10 +8,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from awa_django import ops
 from awa_django.doctor import NOTIFY_TIMEOUT, Finding, diagnose, has_errors
 from awa_django.management.options import add_database_argument
 from awa_django.management.output import EXIT_REFUSED, Output, describe_database
-from awa_django.storage.connection import alias_for
 
 
 def _positive_int(value: str) -> int:
@@ -79,7 +79,9 @@ class Command(BaseCommand):
         counts = Counter(finding.severity for finding in findings)
         summary = {severity: counts.get(severity, 0) for severity in ("error", "warning", "info")}
         if options["json"]:
-            out.json({"database": alias_for(database), "findings": findings, "counts": summary})
+            out.json(
+                {"database": ops.database_alias(database), "findings": findings, "counts": summary}
+            )
         else:
             out.line(f"database: {describe_database(database)}")
             for finding in findings:

@@ -8,16 +8,13 @@ import logging
 import signal
 from typing import Any
 
-import psycopg
 from django.core.management.base import BaseCommand, CommandParser
 
+from awa_django import ops
 from awa_django.conf import awa_settings, unimplemented_settings
-from awa_django.cron import sync_declared
 from awa_django.management.options import add_database_argument
 from awa_django.runtime.config import MaintenanceConfig
 from awa_django.runtime.maintenance import Maintenance
-from awa_django.storage import AsyncRunner
-from awa_django.storage.connection import conninfo
 
 from .awa_worker import _default_logging
 
@@ -35,26 +32,16 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         settings = awa_settings()
-        config = MaintenanceConfig(settings, conninfo(options["database"] or settings.database))
+        config = MaintenanceConfig(settings, ops.conninfo(options["database"] or settings.database))
         _default_logging(options["verbosity"])
         for problem in unimplemented_settings(settings):
             logging.getLogger("awa_django.maintenance").warning("%s", problem)
         asyncio.run(_run(Maintenance(config)))
 
 
-async def _sync_declared(dsn: str) -> None:
-    """Write the schedules this process declares, as a worker does at start-up."""
-    try:
-        conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
-    except psycopg.Error as exc:
-        logging.getLogger("awa_django.cron").error("periodic schedules were not synced: %s", exc)
-        return
-    async with conn:
-        await sync_declared(AsyncRunner(conn))
-
-
 async def _run(maintenance: Maintenance) -> None:
-    await _sync_declared(maintenance.config.conninfo)  # before competing to lead
+    # Before competing to lead.
+    await ops.write_declared_schedules(maintenance.config.conninfo)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -8,11 +8,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from awa_django.conf import awa_settings
+from awa_django import ops
 from awa_django.management.options import add_database_argument
 from awa_django.management.output import Column, Output
-from awa_django.storage.base import run
-from awa_django.storage.status import capacity_status, storage_status
 
 
 def _milliseconds(value: float | None) -> str:
@@ -77,8 +75,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         out = Output.of(self.stdout, options)
-        report = run(storage_status(), options["database"])
-        report["capacity"] = run(capacity_status(awa_settings()), options["database"])
+        report = ops.storage_status(database=options["database"])
+        report["capacity"] = ops.capacity_status(database=options["database"])
         if options["json"]:
             out.json(report)
             return

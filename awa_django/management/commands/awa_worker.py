@@ -9,11 +9,11 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from awa_django import ops
 from awa_django.conf import awa_settings
 from awa_django.exceptions import InvalidJob
 from awa_django.management.options import add_database_argument, host_port
 from awa_django.runtime.config import build_config
-from awa_django.storage.connection import conninfo
 
 
 class Command(BaseCommand):
@@ -101,7 +101,7 @@ class Command(BaseCommand):
         try:
             config = build_config(
                 settings,
-                conninfo(database),
+                ops.conninfo(database),
                 queues=options["queues"],
                 burst=options["burst"],
                 shutdown_timeout=options["shutdown_timeout"],

@@ -1,0 +1,149 @@
+"""Single jobs: read one, list or browse many, cancel or retry one.
+
+A job is read in whatever state it is (the ``awa.jobs`` view joins the hot
+rings, the deferred table, the DLQ and the terminal history), so these
+functions answer the same whether the job waits, runs or finished.
+:func:`browse_jobs` is the console's job browser: bounded work per page
+however long the history.
+"""
+
+from __future__ import annotations
+
+from asgiref.sync import sync_to_async
+
+from .. import dependencies
+from ..exceptions import JobNotFound
+from ..payload import check_priority, check_queue
+from ..records import JobDependencies, JobInfo, JobPage
+from ..storage import dependencies as dependency_store
+from ..storage import jobs as job_store
+from ..storage import leases
+from ..storage.base import run
+from .arguments import check_id, check_limit, check_state, check_text
+
+
+def get_job(job_id: int, *, database: str | None = None) -> JobInfo | None:
+    """The job with this id in whatever state it is, or None."""
+    return run(job_store.get_job(check_id(job_id)), database)
+
+
+def job_dependencies(job_id: int, *, database: str | None = None) -> JobDependencies | None:
+    """What ``job_id`` was enqueued to wait for, what it still waits on, and
+    which waiting jobs wait on it (see ``awa_django.dependencies``); None
+    when no job has the id."""
+    info = get_job(job_id, database=database)
+    if info is None:
+        return None
+    waiting_on, blocking = run(dependency_store.edges(info.id), database)
+    named = info.metadata.get(dependencies.DEPENDS_ON)
+    policy = info.metadata.get(dependencies.ON_FAILURE)
+    return JobDependencies(
+        depends_on=[int(i) for i in named] if isinstance(named, list) else [],
+        on_failure=policy if isinstance(policy, str) else None,
+        waiting_on=waiting_on,
+        blocking=blocking,
+    )
+
+
+def list_jobs(
+    *,
+    queue: str | None = None,
+    state: str | None = None,
+    kind: str | None = None,
+    limit: int = 100,
+    database: str | None = None,
+) -> list[JobInfo]:
+    """Jobs matching every given filter, oldest id first, at most ``limit``."""
+    if queue is not None:
+        check_queue(queue)
+    check_state(state)
+    check_text(kind, "kind")
+    return run(
+        job_store.list_jobs(queue=queue, state=state, kind=kind, limit=check_limit(limit)),
+        database,
+    )
+
+
+#: Ids one :func:`browse_jobs` call searches at most (about 100 ms of work on
+#: a large history); a filter matching few jobs continues on the next page.
+BROWSE_SCAN = 65_536
+
+
+def browse_jobs(
+    *,
+    state: str | None = None,
+    queue: str | None = None,
+    kind: str | None = None,
+    priority: int | None = None,
+    tag: str | None = None,
+    before: int | None = None,
+    limit: int = 50,
+    scan: int = BROWSE_SCAN,
+    database: str | None = None,
+) -> JobPage:
+    """A page of jobs matching every given filter, newest id first, with ids
+    below ``before`` (None: from the newest).  Bounded work however large
+    the history: at most ``scan`` ids are searched (see :class:`~awa_django.records.JobPage`)."""
+    if queue is not None:
+        check_queue(queue)
+    check_state(state)
+    if priority is not None:
+        check_priority(priority)
+    if before is not None:
+        check_id(before)
+    check_text(kind, "kind")
+    check_text(tag, "tag")
+    return run(
+        job_store.browse(
+            before=before,
+            scan=check_limit(scan),
+            limit=check_limit(limit),
+            state=state,
+            queue=queue,
+            kind=kind,
+            priority=priority,
+            tag=tag,
+        ),
+        database,
+    )
+
+
+def cancel_job(
+    job_id: int, *, reason: str = "cancelled by an operator", database: str | None = None
+) -> bool:
+    """Cancel the job in whatever live state it is; True when this call cancelled it.
+
+    An available or scheduled job never runs.  A running or waiting attempt
+    is closed as cancelled at once; its handler sees ``ctx.is_cancelled()``
+    turn true (NOTIFY, or the next heartbeat) and cannot complete it later.
+    A job that already finished (completed, failed, cancelled, in the DLQ)
+    is left as it is and False is returned.  Unknown ids raise
+    ``JobNotFound``.
+    """
+    state = run(leases.cancel_job(check_id(job_id), reason), database)
+    if state is None:
+        raise JobNotFound(f"no job with id {job_id}")
+    return state == "cancelled"
+
+
+def retry_job(
+    job_id: int, *, reason: str = "retried by an operator", database: str | None = None
+) -> bool:
+    """Run a failed or cancelled job again; True when this call queued it.
+
+    The job keeps its id, args and error history and gets a fresh attempt
+    count; it is due at once.  A job in any other state is left as it is
+    and False is returned (a running job is not interrupted; cancel it
+    first).  Unknown ids raise ``JobNotFound``.
+    """
+    state = run(leases.retry_job(check_id(job_id), reason), database)
+    if state is None:
+        raise JobNotFound(f"no job with id {job_id}")
+    return state == "retried"
+
+
+aget_job = sync_to_async(get_job)
+ajob_dependencies = sync_to_async(job_dependencies)
+alist_jobs = sync_to_async(list_jobs)
+acancel_job = sync_to_async(cancel_job)
+aretry_job = sync_to_async(retry_job)
