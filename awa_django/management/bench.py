@@ -20,11 +20,12 @@ the comparisons (oversupply, telemetry, atomic, concurrency) reach into
 storage and runtime internals: they live in the repository's ``bench/stages``
 and are not part of the package.
 
-Two kinds of internals stay here, for figures no public entry point gives:
-the drain runs :class:`~awa_django.runtime.worker.Worker` objects in this
+One internal stays here, for figures no public entry point gives: the
+drain runs :class:`~awa_django.runtime.worker.Worker` objects in this
 process (``awa_worker`` in a subprocess would hide their claim counters and
-memory), and the PostgreSQL figures come from ``storage.status`` (the same
-queries as ``awa_storage status``; ``awa_django.ops`` has no door to them).
+memory).  The PostgreSQL figures come through ``awa_django.ops``
+(:func:`~awa_django.ops.table_stats`, :func:`~awa_django.ops.server_counters`
+and its neighbours).
 """
 
 from __future__ import annotations
@@ -42,18 +43,13 @@ from typing import Any
 import django
 from django.db import connections, transaction
 
-from awa_django import Job, enqueue_many, job
+from awa_django import Job, enqueue_many, job, ops
 from awa_django.conf import awa_settings
 
 # Internals, see the module docstring: in-process workers and their counters ...
 from awa_django.runtime.config import WorkerConfig, build_config
 from awa_django.runtime.supervisor import Supervisor
 from awa_django.runtime.worker import Worker
-
-# ... and the PostgreSQL figures (WAL, commits, dead tuples, schema size).
-from awa_django.storage import status
-from awa_django.storage.base import run
-from awa_django.storage.connection import conninfo
 
 #: The module bench workers import (``--processes`` children too): the no-op jobs.
 BENCH_IMPORT = "awa_django.management.bench"
@@ -132,7 +128,7 @@ def worker_config(
     ``--processes`` children import the no-op jobs and ``imports``."""
     config = build_config(
         awa_settings(),
-        conninfo(options.database),
+        ops.conninfo(options.database),
         queues=[f"{options.queue}:{options.workers}"],
         burst=burst,
         imports=(BENCH_IMPORT, *imports),
@@ -320,22 +316,22 @@ async def until_listening(workers: Sequence[Worker], timeout: float = 10.0) -> N
 
 
 def storage_snapshot(database: str | None) -> dict[str, Any]:
-    stats = run(status.table_stats(), database)
+    stats = ops.table_stats(database=database)
     return {
         "dead_tuples": sum(values["dead"] for values in stats.values()),
-        "schema_bytes": run(status.schema_size(), database),
+        "schema_bytes": ops.schema_size(database=database),
     }
 
 
 def pg_counters(database: str | None) -> tuple[str, int]:
     """The WAL position and the database's commit count, for :func:`pg_costs`."""
-    return run(status.pg_counters(), database)
+    return ops.server_counters(database=database)
 
 
 def pg_costs(
     start: tuple[str, int], end: tuple[str, int], jobs_done: int, database: str | None
 ) -> dict[str, Any]:
-    wal = run(status.wal_bytes_between(start[0], end[0]), database)
+    wal = ops.wal_bytes_between(start[0], end[0], database=database)
     commits = end[1] - start[1]
     return {
         "wal_bytes": wal,

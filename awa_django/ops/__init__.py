@@ -136,8 +136,12 @@ from .status import (
     capacity_status,
     read_only,
     required_substrate_version,
+    schema_size,
+    server_counters,
     storage_status,
     substrate_version,
+    table_stats,
+    wal_bytes_between,
 )
 
 __all__ = [
@@ -233,13 +237,17 @@ __all__ = [
     "resume_queue",
     "retry_external",
     "retry_job",
+    "schema_size",
+    "server_counters",
     "set_enqueue_shards",
     "set_queue_override",
     "state_counts",
     "storage_status",
     "submit_batch_operation",
     "substrate_version",
+    "table_stats",
     "trigger_periodic",
     "wait_for_room",
+    "wal_bytes_between",
     "write_declared_schedules",
 ]

@@ -43,6 +43,31 @@ def required_substrate_version() -> int:
     return substrate.SCHEMA_VERSION
 
 
+def table_stats(*, database: str | None = None) -> dict[str, dict[str, int]]:
+    """Per awa table: live and dead tuples, inserts, updates, deletes and
+    bytes, from PostgreSQL's statistics (what ``awa_bench`` reports as
+    dead tuples)."""
+    return run(status_store.table_stats(), database)
+
+
+def schema_size(*, database: str | None = None) -> int:
+    """Bytes of every table and index in the schema ``awa``."""
+    return run(status_store.schema_size(), database)
+
+
+def server_counters(*, database: str | None = None) -> tuple[str, int]:
+    """The server's current WAL position and this database's committed
+    transactions: take one before and one after a workload, then
+    :func:`wal_bytes_between` the two positions, to cost it per job."""
+    return run(status_store.pg_counters(), database)
+
+
+def wal_bytes_between(start: str, end: str, *, database: str | None = None) -> int:
+    """Bytes of WAL between two positions from :func:`server_counters`
+    (the whole server's, not this database's alone)."""
+    return run(status_store.wal_bytes_between(start, end), database)
+
+
 def read_only(*, database: str | None = None) -> bool:
     """Whether the database refuses writes on this connection (a replica, or
     ``default_transaction_read_only``): the console then offers no action."""
