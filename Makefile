@@ -43,9 +43,11 @@ FAULT_SECONDS ?= 30
 soak: $(STAMP)
 	$(PY) -m tests.reliability.soak --duration $(DURATION) --fault-seconds $(FAULT_SECONDS)
 
-# Runs both checks and fails if either does.
+# Runs ruff (lint and format) and the import-linter layer contracts in
+# pyproject.toml; fails if any does.
 lint: $(STAMP)
-	$(VENV)/bin/ruff check .; status=$$?; $(VENV)/bin/ruff format --check . && exit $$status
+	$(VENV)/bin/ruff check .; status=$$?; $(VENV)/bin/ruff format --check . || status=1; \
+	$(VENV)/bin/lint-imports --no-cache || status=1; exit $$status
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
