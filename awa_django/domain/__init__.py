@@ -1,0 +1,1 @@
+"""Pure domain rules: no ORM, no SQL, no asyncio: records, options, routing, capacity, closures, backoff."""
