@@ -90,7 +90,7 @@ def _imports(path: Path) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("module", ["options"])
+@pytest.mark.parametrize("module", ["options", "routing"])
 def test_the_domain_stays_pure(module):
     """Nothing ``domain`` imports, however indirectly within the package,
     reaches the ORM, psycopg or asyncio."""
