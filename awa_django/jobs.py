@@ -47,6 +47,7 @@ from .exceptions import InvalidJob
 from .observability.hooks import observers
 from .payload import check_kind, check_metadata_size, encode_arguments
 from .records import EnqueuedJob, PreparedJob
+from .unique import Unique as Unique  # documented as awa_django.jobs.Unique
 
 P = ParamSpec("P")
 R = TypeVar("R")

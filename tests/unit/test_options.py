@@ -29,7 +29,30 @@ def test_every_option_using_accepts_is_a_field_and_back():
     assert set(CallOptions.__optional_keys__) == settable
 
 
-def test_using_is_replace_and_validates_the_copy():
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"queue": "mail", "priority": 1},
+        {"run_in": dt.timedelta(minutes=1)},
+        {"run_at": dt.datetime(2030, 1, 1, tzinfo=dt.UTC)},
+        {"ordering_key": b"k", "tags": ["x", "y"], "metadata": {"b": [1]}},
+        {"concurrency_key": "c", "concurrency_limit": 3, "database": "other"},
+        {"depends_on": [5, 5, 6], "on_dependency_failure": "run"},
+        {"unique": Unique(by_args=False), "max_attempts": 1},
+    ],
+)
+def test_using_is_replace(changes):
+    options = base(ordering_key="o", tags=["t"], metadata={"a": 1})
+    copy, replaced = options.using(**changes), dataclasses.replace(options, **changes)
+    assert copy == replaced
+    assert (copy.stored_ordering_key, copy.metadata_json) == (
+        replaced.stored_ordering_key,
+        replaced.metadata_json,
+    )
+
+
+def test_using_validates_the_copy():
     options = base(tags=["a"])
     changed = options.using(queue="mail", run_in=dt.timedelta(seconds=5))
     assert (changed.queue, changed.run_in, changed.tags) == ("mail", 5.0, ("a",))
