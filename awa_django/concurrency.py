@@ -10,17 +10,17 @@ across every worker, queue and host.  Nothing else in the runtime needs to
 know: a slot is free again as soon as the attempt holding it is closed, by
 whatever path closes it.
 
-This module only validates and encodes; it runs no SQL.
+This module validates; :meth:`awa_django.domain.options.JobOptions.stored_metadata`
+writes the keys into a job's metadata.  It runs no SQL.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from .exceptions import InvalidJob
-from .payload import storable, to_json
+from .payload import storable
 
 #: Metadata key holding a job's concurrency key (a string).
 CONCURRENCY_KEY = "awa:concurrency_key"
@@ -72,14 +72,6 @@ def resolve_key(
         return source
     key = source(*args, **kwargs)
     return None if key is None else check_key(key)
-
-
-def with_concurrency(metadata_json: str, key: str, limit: int) -> str:
-    """``metadata_json`` carrying ``key`` and ``limit`` (replacing any given)."""
-    metadata = {} if metadata_json == "{}" else json.loads(metadata_json)
-    metadata[CONCURRENCY_KEY] = key
-    metadata[CONCURRENCY_LIMIT] = limit
-    return to_json(metadata, "metadata")
 
 
 def key_of(metadata: Mapping[str, Any]) -> str | None:

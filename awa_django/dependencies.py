@@ -16,17 +16,16 @@ at enqueue, so every edge points to an older job and a cycle cannot be
 written.  The full list stays in the job's metadata under
 :data:`DEPENDS_ON`.
 
-This module only validates and encodes; it runs no SQL.
+This module validates; :meth:`awa_django.domain.options.JobOptions.stored_metadata`
+writes the keys into a job's metadata.  It runs no SQL.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any
 
 from .exceptions import InvalidJob
-from .payload import to_json
 
 #: Metadata key holding the ids a job was enqueued to wait for.
 DEPENDS_ON = "awa:depends_on"
@@ -76,14 +75,6 @@ def check_policy(policy: object) -> str:
             f"on_dependency_failure must be one of {', '.join(map(repr, POLICIES))}, got {policy!r}"
         )
     return str(policy)
-
-
-def with_dependencies(metadata_json: str, ids: tuple[int, ...], policy: str) -> str:
-    """``metadata_json`` recording the dependencies and the policy."""
-    metadata = {} if metadata_json == "{}" else json.loads(metadata_json)
-    metadata[DEPENDS_ON] = list(ids)
-    metadata[ON_FAILURE] = policy
-    return to_json(metadata, "metadata")
 
 
 def unknown_dependencies(missing: Iterable[int]) -> InvalidJob:

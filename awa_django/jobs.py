@@ -6,8 +6,10 @@ and writes it through Django's connection for ``AWA["DATABASE"]`` (or the
 alias given to ``.using(database=...)``), so it commits or rolls back with
 the caller's ``transaction.atomic()`` block.
 
-Validation happens entirely in :meth:`JobCall.prepare` before any SQL runs;
-the storage layer only ever sees a :class:`PreparedJob`.
+Validation happens before any SQL runs: a call's options are one frozen
+:class:`~awa_django.domain.options.JobOptions`, validated where they are
+given, and :meth:`JobCall.prepare` checks the call's arguments; the storage
+layer only ever sees a :class:`PreparedJob`.
 
 For type checkers ``Job[P, R]`` keeps the handler's parameters ``P`` (less
 the leading ``JobContext`` of a ``takes_context=True`` handler) and return
@@ -23,7 +25,7 @@ import functools
 import importlib
 import inspect
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import (
     Any,
     Concatenate,
@@ -36,28 +38,16 @@ from typing import (
     overload,
 )
 
-from . import clock, concurrency, dependencies
+from . import clock, concurrency
 from .conf import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, awa_settings
 from .context import JobContext
 from .descriptors import Descriptor, first_line
+from .domain.options import CallOptions, JobOptions
 from .exceptions import InvalidJob
 from .observability.hooks import observers
-from .payload import (
-    check_kind,
-    check_max_attempts,
-    check_metadata,
-    check_metadata_size,
-    check_ordering_key,
-    check_priority,
-    check_queue,
-    check_run_at,
-    check_tags,
-    encode_arguments,
-    seconds,
-    with_traceparent,
-)
+from .payload import check_kind, check_metadata_size, encode_arguments
 from .records import EnqueuedJob, PreparedJob
-from .unique import Unique
+from .unique import Unique as Unique  # documented as awa_django.jobs.Unique
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -120,170 +110,64 @@ class _Registry:
 registry = _Registry()
 
 
-class CallOptions(TypedDict, total=False):
-    """The per-call options ``using(...)`` accepts (each replaces the current one)."""
-
-    queue: str
-    priority: int
-    run_at: dt.datetime | None
-    run_in: float | dt.timedelta | None
-    max_attempts: int
-    unique: Unique | None
-    ordering_key: str | bytes | None
-    tags: Iterable[str] | None
-    metadata: Mapping[str, Any] | None
-    database: str | None
-    concurrency_key: str | None
-    concurrency_limit: int | None
-    depends_on: Iterable[object] | None
-    on_dependency_failure: str
-
-
 class JobCall(Generic[P, R]):
     """A job with per-call options bound by ``.using(...)``.
 
-    Options are validated here, once, so a bad option raises ``InvalidJob``
-    as soon as it is given and ``prepare``/``enqueue`` only have the call's
+    The options are a :class:`~awa_django.domain.options.JobOptions`,
+    validated when given, so ``prepare``/``enqueue`` only have the call's
     arguments left to check (the hot path of bulk enqueue).
     """
 
-    __slots__ = (
-        "_concurrency_key",
-        "_concurrency_limit",
-        "_database",
-        "_depends_on",
-        "_max_attempts",
-        "_metadata",
-        "_metadata_json",
-        "_on_dependency_failure",
-        "_ordering_key",
-        "_priority",
-        "_queue",
-        "_raw_ordering_key",
-        "_run_at",
-        "_run_in",
-        "_tags",
-        "_unique",
-        "job",
-    )
+    __slots__ = ("job", "options")
 
-    def __init__(
-        self,
-        job: Job[P, R],
-        *,
-        queue: str,
-        priority: int,
-        max_attempts: int,
-        run_at: dt.datetime | None = None,
-        run_in: float | None = None,
-        ordering_key: str | bytes | None = None,
-        tags: Iterable[str] | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        database: str | None = None,
-        unique: Unique | None = None,
-        concurrency_key: str | None = None,
-        concurrency_limit: int | None = None,
-        depends_on: Iterable[object] | None = None,
-        on_dependency_failure: str = "cancel",
-    ) -> None:
-        if unique is not None and not isinstance(unique, Unique):
-            raise InvalidJob(f"unique must be a Unique(...), got {unique!r}")
-        if run_at is not None and run_in is not None:
-            raise InvalidJob("pass run_at or run_in, not both")
+    def __init__(self, job: Job[P, R], options: JobOptions) -> None:
         self.job = job
-        self._queue = check_queue(queue)
-        self._priority = check_priority(priority)
-        self._max_attempts = check_max_attempts(max_attempts)
-        self._run_at = check_run_at(run_at)
-        self._run_in = run_in
-        self._raw_ordering_key = ordering_key
-        self._ordering_key = check_ordering_key(ordering_key)
-        self._tags = check_tags(tags)
-        self._metadata = metadata
-        self._metadata_json = check_metadata(metadata)
-        self._database = database
-        self._unique = unique
-        self._concurrency_key = (
-            None if concurrency_key is None else concurrency.check_key(concurrency_key)
-        )
-        self._concurrency_limit = concurrency.check_limit(concurrency_limit)
-        self._depends_on = dependencies.check_depends_on(depends_on)
-        self._on_dependency_failure = dependencies.check_policy(on_dependency_failure)
-        if self._depends_on is not None and unique is not None:
-            raise InvalidJob("a job cannot be both unique and depend on other jobs")
+        self.options = options
 
     def using(self, **options: Unpack[CallOptions]) -> JobCall[P, R]:
         """Return a copy with these options replaced (validated now)."""
-        unknown = options.keys() - CallOptions.__optional_keys__
-        if unknown:
-            raise TypeError(f"using() got unexpected keyword arguments: {sorted(unknown)}")
-        run_in = self._run_in
-        if "run_in" in options:
-            given = options["run_in"]
-            run_in = None if given is None else seconds(given, "run_in")
-        return JobCall(
-            self.job,
-            queue=options.get("queue", self._queue),
-            priority=options.get("priority", self._priority),
-            max_attempts=options.get("max_attempts", self._max_attempts),
-            run_at=options.get("run_at", self._run_at),
-            run_in=run_in,
-            ordering_key=options.get("ordering_key", self._raw_ordering_key),
-            tags=options.get("tags", self._tags),
-            metadata=options.get("metadata", self._metadata),
-            database=options.get("database", self._database),
-            unique=options.get("unique", self._unique),
-            concurrency_key=options.get("concurrency_key", self._concurrency_key),
-            concurrency_limit=options.get("concurrency_limit", self._concurrency_limit),
-            depends_on=options.get("depends_on", self._depends_on),
-            on_dependency_failure=options.get("on_dependency_failure", self._on_dependency_failure),
-        )
+        return JobCall(self.job, self.options.using(**options))
 
     def prepare(self, /, *args: P.args, **kwargs: P.kwargs) -> PreparedJob:
         """Validate and serialise one call; nothing is written."""
-        run_at = self._run_at
-        if self._run_in is not None:
-            run_at = clock.now() + dt.timedelta(seconds=self._run_in)
-        self.job.check_arguments(args, kwargs)
+        options, job = self.options, self.job
+        run_at = options.run_at
+        if options.run_in is not None:
+            run_at = clock.now() + dt.timedelta(seconds=options.run_in)
+        job.check_arguments(args, kwargs)
         args_json, kwargs_json = encode_arguments(args, kwargs, awa_settings().max_payload_bytes)
-        metadata_json = self._metadata_json
-        key = self._concurrency_key or concurrency.resolve_key(
-            self.job.concurrency_key, args, kwargs
+        key = options.concurrency_key or concurrency.resolve_key(job.concurrency_key, args, kwargs)
+        metadata_json = options.stored_metadata(
+            key,
+            options.concurrency_limit or job.concurrency_limit or 1,
+            observers.traceparent() if observers.active else None,
         )
-        if key is not None:
-            limit = self._concurrency_limit or self.job.concurrency_limit or 1
-            metadata_json = concurrency.with_concurrency(metadata_json, key, limit)
-        if self._depends_on is not None:
-            metadata_json = dependencies.with_dependencies(
-                metadata_json, self._depends_on, self._on_dependency_failure
-            )
-        if observers.active:
-            metadata_json = with_traceparent(metadata_json, observers.traceparent())
         check_metadata_size(metadata_json, awa_settings().max_payload_bytes)
         return PreparedJob(
-            self.job.kind,
-            self._queue,
-            self._priority,
-            self._max_attempts,
+            job.kind,
+            options.queue,
+            options.priority,
+            options.max_attempts,
             args_json,
             kwargs_json,
             metadata_json,
-            self._tags,
+            list(options.tags),
             run_at,
-            self._ordering_key,
-            self._database,
+            options.stored_ordering_key,
+            options.database,
             *self._unique_claim(args_json, kwargs_json),
-            depends_on=self._depends_on,
-            on_dependency_failure=self._on_dependency_failure,
+            depends_on=options.depends_on,
+            on_dependency_failure=options.on_dependency_failure,
         )
 
     def _unique_claim(
         self, args_json: str, kwargs_json: str
     ) -> tuple[str | None, tuple[str, ...] | None]:
-        if self._unique is None:
+        unique = self.options.unique
+        if unique is None:
             return None, None
-        key = self._unique.key(self.job.kind, self._queue, args_json, kwargs_json)
-        return key, self._unique.states
+        key = unique.key(self.job.kind, self.options.queue, args_json, kwargs_json)
+        return key, unique.states
 
     def enqueue(self, /, *args: P.args, **kwargs: P.kwargs) -> EnqueuedJob:
         """Validate and write the job in the caller's transaction."""
@@ -295,7 +179,7 @@ class JobCall(Generic[P, R]):
             ref: EnqueuedJob = run(storage_enqueue.enqueue_one(prepared), prepared.database)
             return ref
         # Prepared inside the scope, so a job's traceparent is its send span's.
-        with observers.enqueue_scope(self._queue, 1):
+        with observers.enqueue_scope(self.options.queue, 1):
             prepared = self.prepare(*args, **kwargs)
             ref = run(storage_enqueue.enqueue_one(prepared), prepared.database)
         observers.enqueued([prepared], [ref.id])
@@ -320,11 +204,11 @@ class Job(Generic[P, R]):
         self,
         func: Callable[..., R],
         *,
-        kind: str | None,
-        queue: str,
-        priority: int,
-        max_attempts: int,
-        takes_context: bool,
+        kind: str | None = None,
+        queue: str = DEFAULT_QUEUE,
+        priority: int = DEFAULT_PRIORITY,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        takes_context: bool = False,
         descriptor: Descriptor | None = None,
         atomic: bool = False,
         concurrency_key: concurrency.KeySource | None = None,
@@ -337,9 +221,11 @@ class Job(Generic[P, R]):
         self.func = func
         self.qualname = f"{func.__module__}.{func.__qualname__}"
         self.kind = check_kind(kind if kind is not None else f"{func.__module__}.{func.__name__}")
-        self.queue = check_queue(queue)
-        self.priority = check_priority(priority)
-        self.max_attempts = check_max_attempts(max_attempts)
+        #: The options of a call that gives none (``using`` derives from them).
+        self.defaults = JobOptions(queue=queue, priority=priority, max_attempts=max_attempts)
+        self.queue = self.defaults.queue
+        self.priority = self.defaults.priority
+        self.max_attempts = self.defaults.max_attempts
         self.takes_context = bool(takes_context)
         if descriptor is None:
             descriptor = Descriptor(description=first_line(func.__doc__))
@@ -359,7 +245,7 @@ class Job(Generic[P, R]):
         self.concurrency_limit = concurrency.check_limit(concurrency_limit)
         self.signature = inspect.signature(func)
         self._fitting_shapes: set[tuple[int, frozenset[str]]] = set()
-        self._default_call: JobCall[P, R] | None = None
+        self._default_call: JobCall[P, R] = JobCall(self, self.defaults)
         if self.takes_context and not self.signature.parameters:
             raise InvalidJob(f"{self.qualname} has takes_context=True but accepts no arguments")
         functools.update_wrapper(self, func)
@@ -397,29 +283,21 @@ class Job(Generic[P, R]):
         if len(self._fitting_shapes) < 64:
             self._fitting_shapes.add(shape)
 
-    def _call(self) -> JobCall[P, R]:
-        # The job's defaults never change: validate them once.
-        if self._default_call is None:
-            self._default_call = JobCall(
-                self, queue=self.queue, priority=self.priority, max_attempts=self.max_attempts
-            )
-        return self._default_call
-
     def using(self, **options: Unpack[CallOptions]) -> JobCall[P, R]:
         """Per-call options: queue, priority, run_at, run_in, max_attempts, ..."""
-        return self._call().using(**options)
+        return self._default_call.using(**options)
 
     def prepare(self, /, *args: P.args, **kwargs: P.kwargs) -> PreparedJob:
         """Validate and serialise one call with the job's defaults; nothing is written."""
-        return self._call().prepare(*args, **kwargs)
+        return self._default_call.prepare(*args, **kwargs)
 
     def enqueue(self, /, *args: P.args, **kwargs: P.kwargs) -> EnqueuedJob:
         """Validate and write one call in the caller's transaction."""
-        return self._call().enqueue(*args, **kwargs)
+        return self._default_call.enqueue(*args, **kwargs)
 
     async def aenqueue(self, /, *args: P.args, **kwargs: P.kwargs) -> EnqueuedJob:
         """Async twin of :meth:`enqueue`."""
-        return await self._call().aenqueue(*args, **kwargs)
+        return await self._default_call.aenqueue(*args, **kwargs)
 
 
 class ContextJob(Job[P, R]):
@@ -434,6 +312,25 @@ class ContextJob(Job[P, R]):
         return self.func(ctx, *args, **kwargs)
 
 
+class JobDeclaration(TypedDict, total=False):
+    """The keywords of ``@job(...)`` besides ``takes_context`` (their defaults
+    are those of :class:`Job`)."""
+
+    kind: str | None
+    queue: str
+    priority: int
+    max_attempts: int
+    descriptor: Descriptor | None
+    atomic: bool
+    concurrency_key: str | Callable[..., str | None] | None
+    concurrency_limit: int | None
+
+
+# Three overloads because what ``@job`` returns depends on how it is used:
+# bare ``@job`` returns the Job itself; ``@job(...)`` returns a decorator,
+# whose parameters drop the leading JobContext when ``takes_context`` is the
+# literal True (ContextJob), and are unchecked when it is only known at run
+# time.  The keywords they share are declared once, in JobDeclaration.
 @overload
 def job(func: Callable[P, R], /) -> Job[P, R]: ...
 
@@ -443,15 +340,8 @@ def job(
     func: None = None,
     /,
     *,
-    kind: str | None = None,
-    queue: str = DEFAULT_QUEUE,
-    priority: int = DEFAULT_PRIORITY,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     takes_context: Literal[False] = False,
-    descriptor: Descriptor | None = None,
-    atomic: bool = False,
-    concurrency_key: str | Callable[..., str | None] | None = None,
-    concurrency_limit: int | None = None,
+    **declaration: Unpack[JobDeclaration],
 ) -> Callable[[Callable[P, R]], Job[P, R]]: ...
 
 
@@ -460,15 +350,8 @@ def job(
     func: None = None,
     /,
     *,
-    kind: str | None = None,
-    queue: str = DEFAULT_QUEUE,
-    priority: int = DEFAULT_PRIORITY,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     takes_context: Literal[True],
-    descriptor: Descriptor | None = None,
-    atomic: bool = False,
-    concurrency_key: str | Callable[..., str | None] | None = None,
-    concurrency_limit: int | None = None,
+    **declaration: Unpack[JobDeclaration],
 ) -> Callable[[Callable[Concatenate[JobContext, P], R]], ContextJob[P, R]]: ...
 
 
@@ -477,30 +360,16 @@ def job(
     func: None = None,
     /,
     *,
-    kind: str | None = None,
-    queue: str = DEFAULT_QUEUE,
-    priority: int = DEFAULT_PRIORITY,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     takes_context: bool,
-    descriptor: Descriptor | None = None,
-    atomic: bool = False,
-    concurrency_key: str | Callable[..., str | None] | None = None,
-    concurrency_limit: int | None = None,
+    **declaration: Unpack[JobDeclaration],
 ) -> Callable[[Callable[..., R]], Job[..., R]]: ...
 
 
 def job(
     func: Callable[..., Any] | None = None,
     *,
-    kind: str | None = None,
-    queue: str = DEFAULT_QUEUE,
-    priority: int = DEFAULT_PRIORITY,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     takes_context: bool = False,
-    descriptor: Descriptor | None = None,
-    atomic: bool = False,
-    concurrency_key: str | Callable[..., str | None] | None = None,
-    concurrency_limit: int | None = None,
+    **declaration: Unpack[JobDeclaration],
 ) -> Any:
     """Declare a job kind.  Usable as ``@job`` or ``@job(queue=..., ...)``.
 
@@ -524,18 +393,13 @@ def job(
     (see the concurrency-keys how-to).
     """
 
+    for name in declaration:
+        if name not in JobDeclaration.__optional_keys__:
+            raise TypeError(f"job() got an unexpected keyword argument {name!r}")
+
     def register(target: Callable[..., Any]) -> Job[..., Any]:
         wrapped: Job[..., Any] = (ContextJob if takes_context else Job)(
-            target,
-            kind=kind,
-            queue=queue,
-            priority=priority,
-            max_attempts=max_attempts,
-            takes_context=takes_context,
-            descriptor=descriptor,
-            atomic=atomic,
-            concurrency_key=concurrency_key,
-            concurrency_limit=concurrency_limit,
+            target, takes_context=takes_context, **declaration
         )
         registry.add(wrapped)
         return wrapped

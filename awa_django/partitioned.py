@@ -23,10 +23,10 @@ its own options).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from .domain import routing
 from .exceptions import InvalidJob
 from .payload import check_queue
 
@@ -50,7 +50,7 @@ class PartitionedQueue:
         if not 1 <= self.partitions <= MAX_PARTITIONS:
             raise InvalidJob(f"partitions must be 1 to {MAX_PARTITIONS}, got {self.partitions}")
         check_queue(self.name)
-        check_queue(f"{self.name}:{self.partitions - 1}")
+        check_queue(routing.member(self.name, routing.PARTITION, self.partitions - 1))
         known = registry.get(self.name)
         if known is not None and known.partitions != self.partitions:
             raise InvalidJob(
@@ -62,7 +62,7 @@ class PartitionedQueue:
     @property
     def physical_queues(self) -> tuple[str, ...]:
         """``name:0`` .. ``name:{partitions - 1}``."""
-        return tuple(f"{self.name}:{i}" for i in range(self.partitions))
+        return routing.members(self.name, routing.PARTITION, self.partitions)
 
     def route_by_index(self, index: int) -> str:
         """The physical queue of partition ``index`` (0-based)."""
@@ -70,20 +70,11 @@ class PartitionedQueue:
             raise InvalidJob(f"partition index must be an integer, got {index!r}")
         if not 0 <= index < self.partitions:
             raise InvalidJob(f"partition index must be 0 to {self.partitions - 1}, got {index}")
-        return f"{self.name}:{index}"
+        return routing.member(self.name, routing.PARTITION, index)
 
     def route_by_key(self, key: str | bytes | int) -> str:
         """The physical queue for ``key``: the same for the same key in every process."""
-        return f"{self.name}:{key_hash(key) % self.partitions}"
-
-
-def key_hash(key: str | bytes | int) -> int:
-    """A 64-bit hash of a routing key that every process computes alike
-    (BLAKE2b of its bytes; ``str`` and ``int`` keys as their UTF-8 text)."""
-    if isinstance(key, bool) or not isinstance(key, str | bytes | int):
-        raise InvalidJob(f"routing key must be str, bytes or int, got {key!r}")
-    raw = key if isinstance(key, bytes) else str(key).encode()
-    return int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "big")
+        return routing.by_key(self.name, routing.PARTITION, key, self.partitions)
 
 
 def split_queue_option(value: str, known: Collection[str] = ()) -> tuple[str, str]:
@@ -96,8 +87,7 @@ def split_queue_option(value: str, known: Collection[str] = ()) -> tuple[str, st
     """
     if value in known or logical_name(value) is not None:
         return value, ""
-    name, sep, tail = value.rpartition(":")
-    return (name, tail) if sep else (value, "")
+    return routing.split(value, routing.PARTITION)
 
 
 def expand(name: str) -> tuple[str, ...]:
@@ -110,8 +100,8 @@ def expand(name: str) -> tuple[str, ...]:
 
 def logical_name(queue: str) -> str | None:
     """The partitioned queue ``queue`` belongs to, if any."""
-    name, sep, index = queue.rpartition(":")
-    known = registry.get(name) if sep else None
+    name, index = routing.split(queue, routing.PARTITION)
+    known = registry.get(name) if index else None
     if known is not None and index.isdigit() and int(index) < known.partitions:
         return name
     return None

@@ -245,23 +245,6 @@ def check_metadata_size(metadata_json: str, limit: int) -> str:
 TRACEPARENT_KEY = "awa:traceparent"
 
 
-def with_traceparent(metadata_json: str, traceparent: str | None) -> str:
-    """``metadata_json`` with ``traceparent`` under :data:`TRACEPARENT_KEY`.
-
-    An explicit ``metadata["awa:traceparent"]`` given at enqueue wins (the
-    way a producer outside any span joins a trace).
-    """
-    if not traceparent:
-        return metadata_json
-    if metadata_json == "{}":
-        return to_json({TRACEPARENT_KEY: traceparent}, "metadata")
-    metadata = json.loads(metadata_json)
-    if TRACEPARENT_KEY in metadata:
-        return metadata_json
-    metadata[TRACEPARENT_KEY] = traceparent
-    return to_json(metadata, "metadata")
-
-
 def encode_arguments(
     args: tuple[Any, ...], kwargs: Mapping[str, Any], limit: int
 ) -> tuple[str, str]:

@@ -45,10 +45,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
 from .conf import awa_settings
-from .partitioned import key_hash
+from .domain import routing
 
 #: Separates a logical queue name from its stripe number (``email#3``).
-SEPARATOR = "#"
+SEPARATOR = routing.STRIPE
 #: The most stripes ``QUEUE_STRIPE_COUNT`` allows.
 MAX_STRIPES = 64
 
@@ -65,7 +65,7 @@ def stripe_count() -> int:
 
 def stripe_name(queue: str, index: int) -> str:
     """The physical queue of stripe ``index`` of ``queue``."""
-    return f"{queue}{SEPARATOR}{index}"
+    return routing.member(queue, SEPARATOR, index)
 
 
 def physical_queues(queue: str, count: int | None = None) -> tuple[str, ...]:
@@ -75,7 +75,7 @@ def physical_queues(queue: str, count: int | None = None) -> tuple[str, ...]:
     n = stripe_count() if count is None else count
     if n <= 1:
         return (queue,)
-    return (queue, *(stripe_name(queue, i) for i in range(n)))
+    return (queue, *routing.members(queue, SEPARATOR, n))
 
 
 def physical_names(queues: Iterable[str], count: int | None = None) -> list[str]:
@@ -86,17 +86,13 @@ def physical_names(queues: Iterable[str], count: int | None = None) -> list[str]
 
 def logical_queue(name: str) -> str:
     """The logical queue a physical queue belongs to (its name up to ``#``)."""
-    return name.partition(SEPARATOR)[0]
+    return routing.split(name, SEPARATOR)[0]
 
 
 def stripe_index(name: str) -> int | None:
     """The stripe number of a physical queue, or None for a logical name."""
-    _, sep, index = name.partition(SEPARATOR)
-    return int(index) if sep and index.isdigit() else None
-
-
-def _key_stripe(queue: str, ordering_key: str, count: int) -> str:
-    return stripe_name(queue, key_hash(ordering_key) % count)
+    index = routing.split(name, SEPARATOR)[1]
+    return int(index) if index.isdigit() else None
 
 
 def route(queue: str, ordering_key: str | None, count: int | None = None) -> str:
@@ -106,7 +102,7 @@ def route(queue: str, ordering_key: str | None, count: int | None = None) -> str
     if n <= 1:
         return queue
     if ordering_key is not None:
-        return _key_stripe(queue, ordering_key, n)
+        return routing.by_key(queue, SEPARATOR, ordering_key, n)
     return stripe_name(queue, next(_turns) % n)
 
 
@@ -123,7 +119,7 @@ def route_batch(
     routed = []
     for queue, key in zip(queues, ordering_keys, strict=True):
         if key is not None:
-            routed.append(_key_stripe(queue, key, n))
+            routed.append(routing.by_key(queue, SEPARATOR, key, n))
             continue
         stripe = shared.get(queue)
         if stripe is None:

@@ -21,7 +21,8 @@ from django.db import connection
 
 import awa_django
 from awa_django import InvalidJob, ops
-from awa_django.concurrency import CONCURRENCY_KEY, CONCURRENCY_LIMIT, with_concurrency
+from awa_django.concurrency import CONCURRENCY_KEY, CONCURRENCY_LIMIT
+from awa_django.domain.options import JobOptions
 from awa_django.storage import SyncRunner, maintenance
 from awa_django.storage import concurrency as concurrency_store
 from awa_django.storage.attempts import claim, close_attempts, queues_have_work
@@ -47,10 +48,8 @@ def _clean(reset_awa):
 
 
 def keyed(queue: str, key: str, limit: int, n: int) -> list:
-    return [
-        JobFactory.build(queue=queue, metadata_json=with_concurrency("{}", key, limit))
-        for _ in range(n)
-    ]
+    metadata_json = JobOptions(queue=queue, priority=2, max_attempts=25).stored_metadata(key, limit)
+    return [JobFactory.build(queue=queue, metadata_json=metadata_json) for _ in range(n)]
 
 
 def keys_of(jobs) -> Counter:
