@@ -12,13 +12,13 @@ from typing import Literal, overload
 
 from .context import JobContext
 from .cron import periodic
-from .descriptors import Descriptor
+from .domain.descriptors import Descriptor
+from .domain.partitioned import PartitionedQueue
+from .domain.records import EnqueuedJob, JobInfo, PreparedJob
+from .domain.unique import Unique
 from .exceptions import CallbackNotFound, InvalidJob, JobNotFound, QueueFull, UniqueConflict
 from .jobs import ContextJob, Job, job
 from .outcomes import Cancel, RetryAfter, Snooze, TerminalError, WaitForCallback
-from .partitioned import PartitionedQueue
-from .records import EnqueuedJob, JobInfo, PreparedJob
-from .unique import Unique
 
 
 @overload
@@ -69,8 +69,8 @@ def enqueue_many(
     ``awa_django.backpressure`` and the backpressure how-to.
     """
     from .backpressure import check_limit, wait_for_room
+    from .domain.payload import seconds
     from .observability.hooks import observers
-    from .payload import seconds
     from .storage.base import run
     from .storage.connection import alias_for
     from .storage.enqueue import ON_CONFLICT

@@ -57,8 +57,8 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
+from .domain.payload import check_queue, seconds
 from .exceptions import InvalidJob, QueueFull
-from .payload import check_queue, seconds
 from .storage import queues as queue_store
 from .storage.base import run
 from .storage.connection import alias_for, django_connection

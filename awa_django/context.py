@@ -17,9 +17,9 @@ import threading
 import uuid
 from typing import Any, Protocol
 
+from .domain.payload import to_json
+from .domain.pgtext import clean_value, json_is_clean
 from .exceptions import InvalidJob
-from .payload import to_json
-from .pgtext import clean_value, json_is_clean
 
 
 class AttemptControl(Protocol):
@@ -217,7 +217,7 @@ class JobContext:
                 merged.update(checkpoint)
                 current["checkpoint"] = merged
             if not json_is_clean(to_json(current, "progress")):
-                # Stored as jsonb: NUL and lone surrogates escaped (awa_django.pgtext).
+                # Stored as jsonb: NUL and lone surrogates escaped (awa_django.domain.pgtext).
                 current = clean_value(current)
             self.progress = current
             self._progress_version += 1

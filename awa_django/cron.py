@@ -58,10 +58,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from cronsim import CronSim, CronSimError
 
 from .conf import awa_settings
+from .domain.payload import MAX_KIND_LENGTH, check_priority, check_queue, encode_arguments
+from .domain.records import EnqueuedJob
 from .exceptions import InvalidJob
 from .jobs import Job
-from .payload import MAX_KIND_LENGTH, check_priority, check_queue, encode_arguments
-from .records import EnqueuedJob
 
 if TYPE_CHECKING:
     from .storage.base import AsyncRunner, Operation

@@ -38,16 +38,16 @@ from typing import (
     overload,
 )
 
-from . import clock, concurrency
 from .conf import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, awa_settings
 from .context import JobContext
-from .descriptors import Descriptor, first_line
+from .domain import clock, concurrency
+from .domain.descriptors import Descriptor, first_line
 from .domain.options import CallOptions, JobOptions
+from .domain.payload import check_kind, check_metadata_size, encode_arguments
+from .domain.records import EnqueuedJob, PreparedJob
+from .domain.unique import Unique as Unique  # documented as awa_django.jobs.Unique
 from .exceptions import InvalidJob
 from .observability.hooks import observers
-from .payload import check_kind, check_metadata_size, encode_arguments
-from .records import EnqueuedJob, PreparedJob
-from .unique import Unique as Unique  # documented as awa_django.jobs.Unique
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from .payload import seconds
+from .domain.payload import seconds
 
 
 class JobOutcome(Exception):  # noqa: N818

@@ -74,13 +74,13 @@ from django.utils import timezone
 from . import ops
 from .conf import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY
 from .context import JobContext
-from .descriptors import Descriptor, first_line
+from .domain.descriptors import Descriptor, first_line
+from .domain.payload import check_max_attempts, check_queue
+from .domain.records import JobInfo
+from .domain.unique import Unique
 from .exceptions import InvalidJob
 from .jobs import DEFINED_IN, Job, registry
 from .outcomes import Cancel, Snooze, TerminalError, WaitForCallback
-from .payload import check_max_attempts, check_queue
-from .records import JobInfo
-from .unique import Unique
 
 if TYPE_CHECKING or django.VERSION >= (6, 0):
     from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus, task_backends

@@ -17,7 +17,7 @@ from typing import Any
 import factory
 
 from awa_django.domain import closures
-from awa_django.records import ClaimedJob, Closure, JobInfo, PreparedJob
+from awa_django.domain.records import ClaimedJob, Closure, JobInfo, PreparedJob
 from awa_django.storage import SyncRunner
 from awa_django.storage.attempts import claim, close_attempts
 from awa_django.storage.enqueue import enqueue_one

@@ -15,8 +15,8 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, QueryDict
 
 from .. import ops
+from ..domain.records import BATCH_OP_JOB_STATES, BatchOperation, describe_batch_operation
 from ..exceptions import InvalidJob
-from ..records import BATCH_OP_JOB_STATES, BatchOperation, describe_batch_operation
 from .base import BULK, ConsoleAdmin, parse_id
 
 #: Operations listed, newest first (finished ones are kept for

@@ -18,11 +18,12 @@ from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.urls import reverse
 
-from .. import concurrency, ops
+from .. import ops
 from ..conf import awa_settings
+from ..domain import concurrency
+from ..domain.records import JOB_STATES, JobInfo
 from ..exceptions import InvalidJob, JobNotFound
 from ..jobs import registry
-from ..records import JOB_STATES, JobInfo
 from .base import MAX_ID, ConsoleAdmin, parse_id
 
 #: Jobs per page of the browser.

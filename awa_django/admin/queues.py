@@ -18,9 +18,9 @@ from django.urls import URLPattern, path
 
 from .. import ops
 from ..conf import awa_settings
+from ..domain.payload import check_queue
+from ..domain.records import JOB_STATES, QueueInfo
 from ..exceptions import InvalidJob
-from ..payload import check_queue
-from ..records import JOB_STATES, QueueInfo
 from .base import ConsoleAdmin
 from .charts import Series, line_chart, per_minute
 

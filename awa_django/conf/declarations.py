@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..descriptors import DESCRIPTOR_KEYS, Descriptor
+from ..domain.descriptors import DESCRIPTOR_KEYS, Descriptor
 from .parsers import (
     _BOOL,
     _POSITIVE_SECONDS,

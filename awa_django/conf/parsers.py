@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..descriptors import DESCRIPTOR_KEYS, Descriptor
+from ..domain.descriptors import DESCRIPTOR_KEYS, Descriptor
 from ..exceptions import InvalidJob
 
 

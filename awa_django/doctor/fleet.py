@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..conf import AwaSettings
-from ..records import RuntimeInfo
+from ..domain.records import RuntimeInfo
 from .findings import Finding, Limits, duration
 
 

@@ -1,5 +1,7 @@
-"""Pure domain rules: job options, routing, capacity arithmetic, closures,
-backoff and queue overrides.
+"""Pure domain rules: job options, payload checks, routing (partitions and
+stripes), capacity arithmetic, closures, backoff, queue overrides, unique
+keys, dependencies, concurrency keys, descriptors, the clock, text cleaning
+for PostgreSQL and the records that cross layers.
 
 Nothing here runs SQL, touches the ORM or needs an event loop, so every
 layer above (storage, runtime, ops, the Django surfaces) can use these

@@ -25,12 +25,13 @@ import logging
 import traceback
 from typing import Any
 
-from .. import clock
 from ..exceptions import InvalidJob
 from ..outcomes import Cancel, RetryAfter, Snooze, TerminalError, WaitForCallback
-from ..payload import to_json
-from ..pgtext import clean_text
-from ..records import (
+from . import clock
+from .backoff import retry_delay
+from .payload import to_json
+from .pgtext import clean_text
+from .records import (
     CANCELLED,
     COMPLETED,
     DLQ,
@@ -41,7 +42,6 @@ from ..records import (
     Closure,
     OpenReceipt,
 )
-from .backoff import retry_delay
 
 log = logging.getLogger("awa_django.worker")
 
@@ -63,7 +63,7 @@ def error_entry(
         text = message or _text_of(exc)
         trace = "".join(traceback.format_exception(exc))[-MAX_TRACEBACK_CHARS:]
     # The history is jsonb: a NUL or a lone surrogate would make the whole
-    # closure unwritable (see awa_django.pgtext).
+    # closure unwritable (see awa_django.domain.pgtext).
     return {
         "attempt": job.attempt,
         "type": clean_text(kind),

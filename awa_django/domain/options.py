@@ -13,8 +13,8 @@ is why the serialised forms (``metadata_json``, ``stored_ordering_key``) are
 computed here, once per instance.
 
 The options a worker must see again travel in the job's metadata, under the
-``awa:`` keys of :mod:`awa_django.concurrency`, :mod:`awa_django.dependencies`
-and :data:`awa_django.payload.TRACEPARENT_KEY`.
+``awa:`` keys of :mod:`awa_django.domain.concurrency`, :mod:`awa_django.domain.dependencies`
+and :data:`awa_django.domain.payload.TRACEPARENT_KEY`.
 :meth:`JobOptions.stored_metadata` writes them (one JSON round trip, only
 when there is something to add) and :class:`StoredOptions` reads them back;
 nothing else builds or parses those keys.
@@ -34,10 +34,10 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, Unpack
 
-from ..concurrency import CONCURRENCY_KEY, CONCURRENCY_LIMIT, check_key, check_limit
-from ..dependencies import DEPENDS_ON, ON_FAILURE, check_depends_on, check_policy
 from ..exceptions import InvalidJob
-from ..payload import (
+from .concurrency import CONCURRENCY_KEY, CONCURRENCY_LIMIT, check_key, check_limit
+from .dependencies import DEPENDS_ON, ON_FAILURE, check_depends_on, check_policy
+from .payload import (
     TRACEPARENT_KEY,
     check_max_attempts,
     check_metadata,
@@ -49,7 +49,7 @@ from ..payload import (
     seconds,
     to_json,
 )
-from ..unique import Unique
+from .unique import Unique
 
 
 class CallOptions(TypedDict, total=False):

@@ -2,7 +2,7 @@
 
 Three ways spread a hot queue, and two of them name physical queues:
 
-* stripes (:mod:`awa_django.stripes`, ``AWA["QUEUE_STRIPE_COUNT"]``): queue
+* stripes (:mod:`awa_django.domain.stripes`, ``AWA["QUEUE_STRIPE_COUNT"]``): queue
   ``q`` stored as ``q#0`` .. ``q#N-1``, invisible to users;
 * partitions (:class:`awa_django.PartitionedQueue`): queue ``q`` declared as
   ``q:0`` .. ``q:N-1``, ordinary queues the producer picks from.

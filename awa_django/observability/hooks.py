@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..records import ClaimedJob, Closure, PreparedJob
+    from ..domain.records import ClaimedJob, Closure, PreparedJob
 
 log = logging.getLogger("awa_django.observability")
 

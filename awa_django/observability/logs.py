@@ -23,7 +23,7 @@ from typing import Any
 
 from ..conf import awa_settings
 from ..domain.closures import last_error
-from ..records import CANCELLED, COMPLETED, DLQ, FAILED, RETRYABLE, ClaimedJob, Closure
+from ..domain.records import CANCELLED, COMPLETED, DLQ, FAILED, RETRYABLE, ClaimedJob, Closure
 from .hooks import Observer
 
 log = logging.getLogger("awa_django.jobs")

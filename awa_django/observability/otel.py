@@ -75,8 +75,8 @@ from opentelemetry.trace import (
     TracerProvider,
 )
 
-from ..payload import TRACEPARENT_KEY
-from ..records import DLQ, FAILED, RETRYABLE, ClaimedJob, Closure, PreparedJob
+from ..domain.payload import TRACEPARENT_KEY
+from ..domain.records import DLQ, FAILED, RETRYABLE, ClaimedJob, Closure, PreparedJob
 from . import bulk, finished, idle
 from . import metrics as table
 from .hooks import Observer, QueueSample

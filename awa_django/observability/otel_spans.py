@@ -32,7 +32,7 @@ from opentelemetry.trace import (
 )
 from opentelemetry.trace.propagation import _SPAN_KEY
 
-from ..records import ClaimedJob
+from ..domain.records import ClaimedJob
 
 log = logging.getLogger("awa_django.observability.otel")
 

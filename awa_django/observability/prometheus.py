@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from ..records import DLQ, RETRYABLE, ClaimedJob, Closure, PreparedJob
+from ..domain.records import DLQ, RETRYABLE, ClaimedJob, Closure, PreparedJob
 from . import metrics as m
 from .hooks import Observer, QueueSample
 

@@ -28,7 +28,16 @@ from django.dispatch import Signal
 
 from .. import signals
 from ..domain.closures import last_error
-from ..records import CANCELLED, COMPLETED, DLQ, FAILED, RETRYABLE, ClaimedJob, Closure, PreparedJob
+from ..domain.records import (
+    CANCELLED,
+    COMPLETED,
+    DLQ,
+    FAILED,
+    RETRYABLE,
+    ClaimedJob,
+    Closure,
+    PreparedJob,
+)
 from .hooks import Observer
 from .logs import job_fields
 

@@ -9,8 +9,8 @@ inside the storage.
 
 from __future__ import annotations
 
+from ..domain.records import JOB_STATES
 from ..exceptions import InvalidJob
-from ..records import JOB_STATES
 
 #: Ids are PostgreSQL ``bigint`` values: anything outside cannot name a job.
 MAX_ID = 2**63 - 1

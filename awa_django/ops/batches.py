@@ -12,10 +12,10 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from .. import stripes
+from ..domain import stripes
+from ..domain.payload import check_kind, check_priority, check_queue
+from ..domain.records import BATCH_OP_JOB_STATES, BATCH_OP_KINDS, BatchOperation
 from ..exceptions import InvalidJob, JobNotFound
-from ..payload import check_kind, check_priority, check_queue
-from ..records import BATCH_OP_JOB_STATES, BATCH_OP_KINDS, BatchOperation
 from ..storage import batch_ops as batch_store
 from ..storage.base import run
 from .arguments import check_id, check_limit

@@ -15,9 +15,9 @@ from typing import Any
 from asgiref.sync import sync_to_async
 
 from ..conf import awa_settings
+from ..domain.payload import to_json
+from ..domain.pgtext import clean_text
 from ..exceptions import CallbackNotFound, InvalidJob
-from ..payload import to_json
-from ..pgtext import clean_text
 from ..storage import leases
 from ..storage.base import run
 
@@ -65,7 +65,7 @@ def fail_external(callback_id: uuid.UUID | str, error: str, *, database: str | N
     if not isinstance(error, str) or not error:
         raise InvalidJob("error must be a non-empty string")
     # Kept as text and in the jsonb error history: NUL and lone surrogates
-    # escaped (awa_django.pgtext), or the closure could not be written.
+    # escaped (awa_django.domain.pgtext), or the closure could not be written.
     _resolve(callback_id, "fail", error=clean_text(error), database=database)
 
 

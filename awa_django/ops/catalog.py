@@ -11,7 +11,7 @@ from __future__ import annotations
 from asgiref.sync import sync_to_async
 
 from ..conf import awa_settings
-from ..records import DescriptorInfo, RuntimeInfo
+from ..domain.records import DescriptorInfo, RuntimeInfo
 from ..storage import descriptors as descriptor_store
 from ..storage import runtimes as runtime_store
 from ..storage.base import run

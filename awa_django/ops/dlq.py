@@ -15,9 +15,9 @@ from typing import Any
 from asgiref.sync import sync_to_async
 
 from ..conf import awa_settings
+from ..domain.payload import check_priority, check_queue
+from ..domain.records import DlqEntry
 from ..exceptions import InvalidJob, JobNotFound
-from ..payload import check_priority, check_queue
-from ..records import DlqEntry
 from ..storage import dlq as dlq_store
 from ..storage.base import run
 from .arguments import check_id, check_limit, check_text

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from asgiref.sync import sync_to_async
 
-from .. import dependencies
+from ..domain import dependencies
+from ..domain.payload import check_priority, check_queue
+from ..domain.records import JobDependencies, JobInfo, JobPage
 from ..exceptions import JobNotFound
-from ..payload import check_priority, check_queue
-from ..records import JobDependencies, JobInfo, JobPage
 from ..storage import dependencies as dependency_store
 from ..storage import jobs as job_store
 from ..storage import leases
@@ -29,7 +29,7 @@ def get_job(job_id: int, *, database: str | None = None) -> JobInfo | None:
 
 def job_dependencies(job_id: int, *, database: str | None = None) -> JobDependencies | None:
     """What ``job_id`` was enqueued to wait for, what it still waits on, and
-    which waiting jobs wait on it (see ``awa_django.dependencies``); None
+    which waiting jobs wait on it (see ``awa_django.domain.dependencies``); None
     when no job has the id."""
     info = get_job(job_id, database=database)
     if info is None:

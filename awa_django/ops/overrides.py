@@ -13,7 +13,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 
 from ..domain.overrides import check_keys, check_overrides
-from ..payload import check_queue
+from ..domain.payload import check_queue
 from ..storage import overrides as override_store
 from ..storage.base import run
 

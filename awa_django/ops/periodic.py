@@ -15,8 +15,8 @@ import psycopg
 from asgiref.sync import sync_to_async
 
 from ..cron import PeriodicInfo, fire_metadata, next_occurrence, sync_declared
+from ..domain.records import EnqueuedJob
 from ..exceptions import InvalidJob, JobNotFound
-from ..records import EnqueuedJob
 from ..storage import periodic as periodic_store
 from ..storage.base import AsyncRunner, run
 from .arguments import check_text

@@ -15,9 +15,9 @@ from asgiref.sync import sync_to_async
 
 from .. import backpressure
 from ..conf import awa_settings
+from ..domain.payload import check_queue
+from ..domain.records import JOB_STATES, QueueInfo
 from ..exceptions import InvalidJob
-from ..payload import check_queue
-from ..records import JOB_STATES, QueueInfo
 from ..storage import jobs as job_store
 from ..storage import queues as queue_store
 from ..storage.base import run

@@ -52,8 +52,8 @@ from django.db import transaction
 
 from ..context import JobContext
 from ..domain.closures import completed
+from ..domain.records import ClaimedJob, Closure
 from ..jobs import Job
-from ..records import ClaimedJob, Closure
 from ..storage.attempts import close_attempts
 from ..storage.base import run
 from ..storage.connection import alias_for

@@ -25,11 +25,11 @@ import time
 from collections.abc import Awaitable
 from typing import Any, Protocol, cast
 
-from ..concurrency import CONCURRENCY_KEY
 from ..context import JobContext
+from ..domain.concurrency import CONCURRENCY_KEY
+from ..domain.records import ClaimedJob, Closure
 from ..jobs import Job
 from ..observability.hooks import observers
-from ..records import ClaimedJob, Closure
 from .atomic import Settled
 from .completer import Completer, Replaced
 from .config import QueuePolicy

@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg_pool import PoolTimeout
 
-from ..records import Closure
+from ..domain.records import Closure
 from ..storage import AsyncRunner
 from ..storage.attempts import close_attempts
 from .config import CompleterConfig

@@ -19,13 +19,12 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import partitioned, stripes
 from ..conf import AwaSettings, QueueConfig, RateLimit
-from ..descriptors import Declared, declared_for
-from ..domain import capacity
+from ..domain import capacity, partitioned, stripes
+from ..domain.descriptors import Declared, declared_for
+from ..domain.payload import check_queue
 from ..exceptions import InvalidJob
 from ..jobs import registry
-from ..payload import check_queue
 from ..storage.connection import RUNTIME_SESSION_SETTINGS, with_server_settings
 
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0
@@ -193,7 +192,7 @@ class WorkerConfig:
 
     def stripes_of(self, queue: str) -> tuple[str, ...]:
         """The physical queues that hold the jobs of ``queue`` (itself, and its
-        stripes when ``QUEUE_STRIPE_COUNT`` > 1; see :mod:`awa_django.stripes`)."""
+        stripes when ``QUEUE_STRIPE_COUNT`` > 1; see :mod:`awa_django.domain.stripes`)."""
         return stripes.physical_queues(queue, self.settings.queue_stripe_count)
 
     @property
@@ -262,7 +261,7 @@ def parse_address(value: str) -> tuple[str, int]:
 
 def parse_queue_option(value: str, known: Collection[str] = ()) -> tuple[str, int | None]:
     """``NAME`` or ``NAME:MAX_WORKERS`` from ``--queue`` (see
-    :func:`awa_django.partitioned.split_queue_option` for names with ``:``)."""
+    :func:`awa_django.domain.partitioned.split_queue_option` for names with ``:``)."""
     name, count = partitioned.split_queue_option(value, known)
     check_queue(name)
     if not count:

@@ -27,7 +27,7 @@ not use) and its in-flight set.
 
 A striped queue (``QUEUE_STRIPE_COUNT`` > 1) is claimed over all its
 stripes in one statement, each claim starting one stripe further on
-(:class:`~awa_django.stripes.Rotation`): the dispatcher, its permits and its
+(:class:`~awa_django.domain.stripes.Rotation`): the dispatcher, its permits and its
 limits stay those of the logical queue.
 
 The policy can change while the dispatcher runs (:meth:`Dispatcher.apply`,
@@ -51,13 +51,13 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from ..context import JobContext
+from ..domain.records import ClaimedJob, Closure
+from ..domain.stripes import Rotation
 from ..jobs import Job
 from ..observability.hooks import observers
-from ..records import ClaimedJob, Closure
 from ..storage import AsyncRunner
 from ..storage import rate as rate_store
 from ..storage.attempts import claim, claim_nonce
-from ..stripes import Rotation
 from . import eager
 from .atomic import Settled
 from .closing import ClaimBatch, Closer, _ThreadAttempt

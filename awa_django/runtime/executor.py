@@ -34,11 +34,11 @@ from ..domain.closures import (
     not_parked,
     raised,
 )
+from ..domain.records import COMPLETED, ClaimedJob, Closure
 from ..exceptions import InvalidJob
 from ..jobs import Job, registry
 from ..observability.hooks import observers
 from ..outcomes import Cancel, WaitForCallback
-from ..records import COMPLETED, ClaimedJob, Closure
 from .atomic import Settled, close_in_transaction
 from .handlers import call_handler
 from .leases import AttemptLease, LeaseHub

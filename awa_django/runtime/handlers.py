@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..context import JobContext
+from ..domain.records import ClaimedJob
 from ..jobs import Job
-from ..records import ClaimedJob
 
 
 def call_handler(definition: Job[..., Any], ctx: JobContext, job: ClaimedJob) -> Any:

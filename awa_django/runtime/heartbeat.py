@@ -40,9 +40,9 @@ import socket
 import uuid
 from collections.abc import Callable, Collection, Sequence
 
-from ..descriptors import Declared
 from ..domain.closures import handed_back
-from ..records import ClaimedJob, OpenReceipt
+from ..domain.descriptors import Declared
+from ..domain.records import ClaimedJob, OpenReceipt
 from ..storage import AsyncRunner, descriptors, leases, runtimes
 from ..storage.attempts import close_attempts, closed_attempts, orphaned_receipts
 from .config import PeriodicConfig

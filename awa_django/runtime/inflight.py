@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from ..context import JobContext
-from ..records import ClaimedJob
+from ..domain.records import ClaimedJob
 
 # Returns (attempt, context) for every attempt running now.
 Inflight = Callable[[], Iterable[tuple[ClaimedJob, JobContext]]]

@@ -25,8 +25,8 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from ..context import JobContext
+from ..domain.records import ClaimedJob
 from ..outcomes import Cancel
-from ..records import ClaimedJob
 from ..storage import AsyncRunner, leases
 from .inflight import Inflight, nothing_inflight
 

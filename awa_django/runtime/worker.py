@@ -61,8 +61,8 @@ from ..context import JobContext
 from ..cron import sync_declared
 from ..domain.capacity import process_permits
 from ..domain.closures import handed_back, unstorable
+from ..domain.records import ClaimedJob, Closure
 from ..observability.hooks import observers
-from ..records import ClaimedJob, Closure
 from ..storage import AsyncRunner
 from ..storage import stripes as stripe_store
 from ..storage.attempts import queues_have_work

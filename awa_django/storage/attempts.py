@@ -14,7 +14,7 @@ import random
 import uuid
 from collections.abc import Sequence
 
-from ..records import COMPLETED, ClaimedJob, Closure, OpenReceipt
+from ..domain.records import COMPLETED, ClaimedJob, Closure, OpenReceipt
 from .base import Execute, Row, Steps, int_array, nullable_int_array, operation, single
 
 
@@ -86,7 +86,7 @@ def claim(
     ``deadline`` (seconds, 0 = none) bounds each attempt; ``aging_interval``
     (seconds, 0 = off) lifts a waiting lane one priority level per interval.
     ``stripes``: the physical queues of a striped ``queue``, in the order
-    to visit them (see :mod:`awa_django.stripes`); none, or one, for an
+    to visit them (see :mod:`awa_django.domain.stripes`); none, or one, for an
     unstriped queue.  The jobs carry the logical ``queue``.
     Each claim draws a fresh random nonce (see :class:`ClaimedJob`), or uses
     ``nonce`` from :func:`claim_nonce`; only a claim that committed can be

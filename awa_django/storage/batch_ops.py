@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..records import BatchOperation
+from ..domain.records import BatchOperation
 from .base import Execute, Row, Steps, operation, single
 
 

@@ -7,8 +7,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from ..descriptors import Declared, Descriptor
-from ..records import DescriptorInfo
+from ..domain.descriptors import Declared, Descriptor
+from ..domain.records import DescriptorInfo
 from .base import Execute, Steps, atomic_operation, operation
 
 CATALOGS = ("queue", "kind")

@@ -6,7 +6,7 @@ batches, one transaction each in autocommit, so a bulk retry of a large DLQ
 never holds one long transaction or many row locks at once.
 
 A queue filter covers every stripe of a striped queue and entries carry the
-logical queue name (:mod:`awa_django.stripes`).
+logical queue name (:mod:`awa_django.domain.stripes`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import datetime as dt
 import json
 from collections.abc import Sequence
 
-from .. import stripes
-from ..records import DlqEntry
+from ..domain import stripes
+from ..domain.records import DlqEntry
 from .base import Execute, Row, Steps, int_array, operation, single
 
 

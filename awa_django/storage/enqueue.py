@@ -5,7 +5,7 @@ job's database alias, so they are part of whatever transaction the caller
 has open.  Lane sequencing, shard routing and notification live in SQL
 (``awa.enqueue_job`` and ``awa.reserve_ready_batch``) so every producer
 path shares one implementation; the stripe of a striped queue is chosen
-here (:mod:`awa_django.stripes`), and the references returned name the
+here (:mod:`awa_django.domain.stripes`), and the references returned name the
 logical queue.  The batch path is an atomic operation (a
 savepoint when the caller already has a transaction), so a failure leaves
 nothing half-written and the caller's transaction usable.
@@ -16,9 +16,9 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Sequence
 
-from .. import dependencies, stripes
+from ..domain import dependencies, stripes
+from ..domain.records import EnqueuedJob, PreparedJob
 from ..exceptions import UniqueConflict
-from ..records import EnqueuedJob, PreparedJob
 from .base import Copy, Execute, Row, Steps, atomic_operation, operation
 
 #: What ``enqueue_many`` does with a unique job whose key is taken.
@@ -61,7 +61,7 @@ def _enqueue_unique(job: PreparedJob) -> Steps[EnqueuedJob | int]:
 
 
 def _enqueue_dependent(job: PreparedJob) -> Steps[EnqueuedJob]:
-    """Write a job that depends on others (see ``awa_django.dependencies``).
+    """Write a job that depends on others (see ``awa_django.domain.dependencies``).
 
     Dependencies no job has raise ``InvalidJob``; the SQL reports them
     without writing anything, so the caller's transaction stays usable.

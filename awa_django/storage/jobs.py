@@ -1,7 +1,7 @@
 """Reading jobs through the ``awa.jobs`` view (JSON columns arrive as text).
 
 A queue filter covers every stripe of a striped queue
-(:func:`awa_django.stripes.physical_queues`), and the jobs read carry the
+(:func:`awa_django.domain.stripes.physical_queues`), and the jobs read carry the
 logical queue name.
 """
 
@@ -11,8 +11,8 @@ import dataclasses
 import json
 from typing import Any
 
-from ..records import JOB_STATES, JobInfo, JobPage
-from ..stripes import logical_queue, physical_queues
+from ..domain.records import JOB_STATES, JobInfo, JobPage
+from ..domain.stripes import logical_queue, physical_queues
 from .base import Execute, Row, Steps, operation
 
 

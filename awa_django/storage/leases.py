@@ -13,8 +13,8 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from ..records import ClaimedJob
-from ..stripes import physical_names
+from ..domain.records import ClaimedJob
+from ..domain.stripes import physical_names
 from .base import Execute, Steps, int_array, operation, single
 
 #: What resolving a callback can do (the HTTP receiver's actions).

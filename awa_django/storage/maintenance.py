@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..stripes import physical_names
+from ..domain.stripes import physical_names
 from .base import Execute, Steps, operation, single
 
 # 'AWA_MAIN' as a 64-bit advisory lock key: the one maintenance leader.

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..records import EnqueuedJob
+from ..domain.records import EnqueuedJob
 from .base import Execute, Row, Steps, atomic_operation, operation, single
 
 #: ``next_after(cron, timezone, instant)``: the first occurrence strictly after ``instant``.

@@ -1,6 +1,6 @@
 """Queue control (pause, resume, drain) and the per-queue view of the console.
 
-A striped queue (:mod:`awa_django.stripes`) is one queue here: its pause
+A striped queue (:mod:`awa_django.domain.stripes`) is one queue here: its pause
 is the logical queue's control row (the claim checks it for every stripe),
 drain and enqueue shards apply to each stripe, and the reads report
 logical names, with the stripes' counts summed.
@@ -12,8 +12,8 @@ import datetime as dt
 import json
 from collections.abc import Sequence
 
-from .. import stripes
-from ..records import DescriptorInfo
+from ..domain import stripes
+from ..domain.records import DescriptorInfo
 from . import descriptors
 from .base import Execute, Steps, atomic_operation, operation
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from ..records import RuntimeInfo
+from ..domain.records import RuntimeInfo
 from .base import Execute, Steps, operation
 from .maintenance import LEADER_LOCK_KEY
 

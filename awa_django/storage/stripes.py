@@ -1,6 +1,6 @@
 """Finding the stripes of a queue beyond ``QUEUE_STRIPE_COUNT`` that still hold jobs.
 
-A worker asks once, when it starts (see :mod:`awa_django.stripes`): after
+A worker asks once, when it starts (see :mod:`awa_django.domain.stripes`): after
 the stripe count was lowered, jobs written to the stripes dropped are
 claimed until those stripes are empty.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..stripes import MAX_STRIPES, physical_queues, stripe_name
+from ..domain.stripes import MAX_STRIPES, physical_queues, stripe_name
 from .base import Execute, Steps, operation
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from ..stripes import physical_queues
+from ..domain.stripes import physical_queues
 from .attempts import promote_due
 from .base import Execute, Steps, operation, single
 

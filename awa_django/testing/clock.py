@@ -1,6 +1,6 @@
 """``FrozenClock``: test scheduled jobs without waiting for them.
 
-While a frozen clock runs, awa's Python clock (:mod:`awa_django.clock`)
+While a frozen clock runs, awa's Python clock (:mod:`awa_django.domain.clock`)
 reads its time: ``using(run_in=...)`` and the retries and snoozes of
 drained jobs are dated from it, and ``drain()`` first makes every deferred
 job due by it ready.  ``advance()`` moves it forward; nothing else does,
@@ -23,8 +23,8 @@ from __future__ import annotations
 import datetime as dt
 from types import TracebackType
 
-from .. import clock
-from ..payload import seconds
+from ..domain import clock
+from ..domain.payload import seconds
 
 
 class FrozenClock:

@@ -42,18 +42,18 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from django.db import DatabaseError
 
-from .. import clock
 from ..conf import AwaSettings, awa_settings
+from ..domain import clock
 from ..domain.closures import completed, handed_back, raised
-from ..payload import check_queue
-from ..records import DLQ, ClaimedJob, Closure
+from ..domain.payload import check_queue
+from ..domain.records import DLQ, ClaimedJob, Closure
+from ..domain.stripes import logical_queue, physical_queues
 from ..runtime.atomic import Settled, close_in_transaction
 from ..runtime.executor import context_for, definition_for, with_progress
 from ..runtime.handlers import call_handler
 from ..storage import testing as testing_store
 from ..storage.attempts import claim, close_attempts
 from ..storage.base import run
-from ..stripes import logical_queue, physical_queues
 
 #: The runtime id drain's claims carry (no worker registers it).
 DRAIN_RUNTIME_ID = uuid.UUID("00000000-0000-4000-8000-0000000d4a17")

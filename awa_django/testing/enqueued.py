@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from ..domain.records import JobInfo
 from ..jobs import Job
-from ..records import JobInfo
 from ..storage import jobs as job_store
 from ..storage.base import run
 

@@ -10,7 +10,7 @@ from .clock import FrozenClock
 from .drain import drain
 
 if TYPE_CHECKING:
-    from ..records import JobInfo
+    from ..domain.records import JobInfo
     from .enqueued import JobOrKind
 
 

@@ -28,6 +28,7 @@ from rich.progress import Progress
 from awa_django import PartitionedQueue, ops
 from awa_django.conf import QueueConfig, awa_settings
 from awa_django.domain.closures import completed
+from awa_django.domain.records import ClaimedJob
 from awa_django.management.bench import (
     BENCH_IMPORT,
     BenchOptions,
@@ -35,7 +36,6 @@ from awa_django.management.bench import (
     percentiles,
     worker_config,
 )
-from awa_django.records import ClaimedJob
 from awa_django.runtime.completer import CompletionEvent
 from awa_django.runtime.config import build_config
 from awa_django.runtime.worker import Worker

@@ -21,7 +21,7 @@ from django.db import connection
 
 import awa_django
 from awa_django import InvalidJob, ops
-from awa_django.concurrency import CONCURRENCY_KEY, CONCURRENCY_LIMIT
+from awa_django.domain.concurrency import CONCURRENCY_KEY, CONCURRENCY_LIMIT
 from awa_django.domain.options import JobOptions
 from awa_django.storage import SyncRunner, maintenance
 from awa_django.storage import concurrency as concurrency_store

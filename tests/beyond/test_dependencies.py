@@ -20,7 +20,7 @@ from django.test import Client
 from django.urls import reverse
 
 from awa_django import InvalidJob, Unique, ops
-from awa_django.dependencies import DEPENDS_ON, ON_FAILURE
+from awa_django.domain.dependencies import DEPENDS_ON, ON_FAILURE
 from awa_django.storage import SyncRunner
 from awa_django.storage import dependencies as dependency_store
 from awa_django.storage.connection import conninfo

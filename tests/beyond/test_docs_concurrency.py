@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from awa_django import ops
-from awa_django.concurrency import CONCURRENCY_KEY, CONCURRENCY_LIMIT
+from awa_django.domain.concurrency import CONCURRENCY_KEY, CONCURRENCY_LIMIT
 from docs.examples import concurrency_keys as example
 from tests.conftest import run_burst
 

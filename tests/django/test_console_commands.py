@@ -26,7 +26,7 @@ from testapp import jobs
 
 from awa_django import ops
 from awa_django.cron import CronSchedule, PeriodicJob, schedules
-from awa_django.descriptors import Declared, Descriptor
+from awa_django.domain.descriptors import Declared, Descriptor
 from awa_django.management import output
 from awa_django.runtime.leader import session_name
 from awa_django.storage import attempts

@@ -22,7 +22,7 @@ from testapp.jobs import plain as factory_job
 
 import awa_django
 from awa_django import InvalidJob, ops
-from awa_django.payload import MAX_DELAY_SECONDS
+from awa_django.domain.payload import MAX_DELAY_SECONDS
 
 WEST = dt.timezone(dt.timedelta(hours=-5))
 EAST = dt.timezone(dt.timedelta(hours=14))

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from awa_django.records import ClaimedJob
+from awa_django.domain.records import ClaimedJob
 from awa_django.storage import SyncRunner, attempts, maintenance
 from awa_django.storage.connection import conninfo
 from awa_django.storage.enqueue import enqueue_one

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from awa_django.domain import closures
-from awa_django.records import ClaimedJob
+from awa_django.domain.records import ClaimedJob
 from awa_django.storage import attempts, batch_ops, dlq, leases
 from awa_django.storage import maintenance as maintenance_store
 from awa_django.storage.connection import conninfo

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from awa_django.conf import parse_settings
-from awa_django.records import JobInfo
+from awa_django.domain.records import JobInfo
 from awa_django.runtime.config import MaintenanceConfig
 from awa_django.runtime.leader import session_name
 from awa_django.runtime.maintenance import Maintenance

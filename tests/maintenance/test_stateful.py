@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from awa_django.records import ClaimedJob
+from awa_django.domain.records import ClaimedJob
 from awa_django.storage.connection import conninfo
 from awa_django.storage.maintenance import PRUNE_OUTCOMES, ROTATE_OUTCOMES
 from tests.conftest import examples, reset_queue_storage

@@ -17,8 +17,8 @@ from testapp import jobs
 
 import awa_django
 from awa_django import job, ops
-from awa_django.payload import TRACEPARENT_KEY
-from awa_django.records import ClaimedJob, Closure
+from awa_django.domain.payload import TRACEPARENT_KEY
+from awa_django.domain.records import ClaimedJob, Closure
 from tests.conftest import run_burst
 from tests.observability.otel_support import build
 

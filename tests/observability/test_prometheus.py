@@ -17,6 +17,7 @@ from testapp import jobs
 
 from awa_django import ops
 from awa_django.domain import closures
+from awa_django.domain.records import ClaimedJob, PreparedJob
 from awa_django.observability import metrics
 from awa_django.observability.hooks import QueueSample
 from awa_django.observability.prometheus import (
@@ -25,7 +26,6 @@ from awa_django.observability.prometheus import (
     exposition,
     metric_names,
 )
-from awa_django.records import ClaimedJob, PreparedJob
 from tests.conftest import wait_for
 from tests.observability.probes import (
     WORKER_ENV,

@@ -19,7 +19,7 @@ import pytest
 
 import awa_django
 from awa_django import job
-from awa_django.records import Closure
+from awa_django.domain.records import Closure
 from awa_django.runtime.worker import Worker
 from tests.conftest import run_burst, worker_config
 

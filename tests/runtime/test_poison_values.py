@@ -5,7 +5,7 @@ lone surrogate (U+D800).  A handler's error message, traceback, progress,
 cancel reason or a callback's error holding one used to make the closure of
 its attempt unwritable: the worker dropped the job, the heartbeat handed it
 back uncounted, and it ran forever, ``max_attempts`` notwithstanding.  They
-are now escaped at the edge (``awa_django.pgtext``); arguments and return
+are now escaped at the edge (``awa_django.domain.pgtext``); arguments and return
 values, stored as ``json``, keep them exactly.
 
 Real PostgreSQL, real workers (in process, or a process for callbacks).

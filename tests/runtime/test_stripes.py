@@ -18,10 +18,10 @@ from django.test import override_settings
 from testapp import jobs as testjobs
 
 from awa_django import enqueue_many, ops
+from awa_django.domain.stripes import physical_queues, route, stripe_name
 from awa_django.runtime.worker import Worker
 from awa_django.storage import AsyncRunner
 from awa_django.storage.enqueue import enqueue_one
-from awa_django.stripes import physical_queues, route, stripe_name
 from tests.conftest import run_burst, worker_config
 from tests.runtime.test_wakeups import Completions, connected, running, started
 

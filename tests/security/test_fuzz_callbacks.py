@@ -23,7 +23,7 @@ from django.test import Client, override_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from awa_django.payload import storable
+from awa_django.domain.payload import storable
 from awa_django.views.callbacks import sign
 
 from .odd_values import ODD_NUMBERS, ODD_VALUES, odd

@@ -5,7 +5,7 @@ included, for what the worker stores on a handler's behalf -- an exception
 message, a ``Cancel`` reason, a progress message and checkpoint -- and for
 the error of a callback ``fail``.  Each closure is written by the real
 statement on a really claimed attempt and must be applied, reading back as
-:func:`awa_django.pgtext.clean_text` says; ``ops.fail_external`` answers
+:func:`awa_django.domain.pgtext.clean_text` says; ``ops.fail_external`` answers
 ``CallbackNotFound`` (or ``InvalidJob`` for an empty error), never a
 database error.
 """
@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from awa_django import CallbackNotFound, InvalidJob, ops
 from awa_django.domain import closures
-from awa_django.pgtext import clean_text, clean_value
-from awa_django.records import ClaimedJob
+from awa_django.domain.pgtext import clean_text, clean_value
+from awa_django.domain.records import ClaimedJob
 from awa_django.runtime.executor import context_for
 from awa_django.storage import run
 from awa_django.storage.attempts import claim, close_attempts

@@ -18,7 +18,7 @@ from django.urls import reverse
 from testapp.jobs import plain
 
 from awa_django import InvalidJob, Unique, UniqueConflict, enqueue_many, ops
-from awa_django.payload import MAX_ORDERING_KEY_LENGTH, MAX_TAG_LENGTH, MAX_TAGS
+from awa_django.domain.payload import MAX_ORDERING_KEY_LENGTH, MAX_TAG_LENGTH, MAX_TAGS
 from tests.django.conftest import console_user
 from tests.factories import JobFactory
 from tests.storage.test_enqueue import noop as keywords

@@ -13,7 +13,7 @@ import pytest
 from django.db import connection
 
 from awa_django import Descriptor, ops
-from awa_django.descriptors import Declared, declared_for
+from awa_django.domain.descriptors import Declared, declared_for
 from awa_django.storage import descriptors, queues, runtimes
 from awa_django.storage.base import SyncRunner, run
 from awa_django.storage.connection import conninfo

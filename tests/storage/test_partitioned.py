@@ -13,7 +13,7 @@ from django.test import override_settings
 
 from awa_django import InvalidJob, PartitionedQueue, enqueue_many, ops
 from awa_django.conf import awa_settings
-from awa_django.partitioned import registry
+from awa_django.domain.partitioned import registry
 from awa_django.runtime.config import build_config
 from tests.conftest import ROOT
 
@@ -50,7 +50,7 @@ def test_partitions_and_routing(payments):
 def test_routing_is_the_same_in_another_process(payments):
     script = (
         "import json, sys\n"
-        "from awa_django.partitioned import PartitionedQueue\n"
+        "from awa_django.domain.partitioned import PartitionedQueue\n"
         "q = PartitionedQueue('pq-payments', partitions=4)\n"
         "keys = json.loads(sys.stdin.read())\n"
         "print(json.dumps([q.route_by_key(k) for k in keys]))\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from awa_django import ops
-from awa_django.records import JOB_STATES
+from awa_django.domain.records import JOB_STATES
 from tests.storage.test_enqueue import noop
 
 pytestmark = pytest.mark.django_db

@@ -19,10 +19,10 @@ from django.test import override_settings
 import awa_django
 from awa_django import InvalidJob, ops
 from awa_django.conf import parse_settings
-from awa_django.payload import check_queue
+from awa_django.domain.payload import check_queue
+from awa_django.domain.stripes import Rotation, logical_queue, physical_queues, route, stripe_index
 from awa_django.storage import SyncRunner
 from awa_django.storage.attempts import claim, close_attempts, promote_due
-from awa_django.stripes import Rotation, logical_queue, physical_queues, route, stripe_index
 from awa_django.testing import drain
 from tests.conftest import ROOT
 from tests.factories import TEST_RUNTIME, closure_for
@@ -125,7 +125,7 @@ def test_routing_by_key_is_the_same_in_another_process():
     keys = [f"order-{n}" for n in range(50)]
     script = (
         "import json, sys\n"
-        "from awa_django.stripes import route\n"
+        "from awa_django.domain.stripes import route\n"
         "print(json.dumps([route('q', k, 4) for k in json.loads(sys.stdin.read())]))\n"
     )
     done = subprocess.run(

@@ -11,10 +11,10 @@ from django.db import transaction
 from testapp import jobs
 
 from awa_django import InvalidJob, Unique, UniqueConflict, enqueue_many, ops
+from awa_django.domain.unique import canonical_json
 from awa_django.storage import SyncRunner
 from awa_django.storage.connection import conninfo
 from awa_django.storage.enqueue import enqueue_one
-from awa_django.unique import canonical_json
 from tests.conftest import run_burst
 
 pytestmark = pytest.mark.django_db(transaction=True)

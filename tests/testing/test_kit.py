@@ -7,7 +7,8 @@ import datetime as dt
 import pytest
 from django.test import TestCase, TransactionTestCase
 
-from awa_django import InvalidJob, clock, ops
+from awa_django import InvalidJob, ops
+from awa_django.domain import clock
 from awa_django.testing import AwaTestCaseMixin, FrozenClock, freeze_clock
 from awa_django.testing.pytest_plugin import AwaTestHelper
 from tests.conftest import reset_queue_storage

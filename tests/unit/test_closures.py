@@ -18,7 +18,7 @@ import pytest
 
 from awa_django.domain import closures
 from awa_django.domain.backoff import JITTER
-from awa_django.records import ClaimedJob
+from awa_django.domain.records import ClaimedJob
 
 
 class BoomError(Exception):

@@ -12,10 +12,10 @@ import pytest
 
 import awa_django
 from awa_django import InvalidJob, Unique
-from awa_django.concurrency import CONCURRENCY_KEY, CONCURRENCY_LIMIT
-from awa_django.dependencies import DEPENDS_ON, ON_FAILURE
+from awa_django.domain.concurrency import CONCURRENCY_KEY, CONCURRENCY_LIMIT
+from awa_django.domain.dependencies import DEPENDS_ON, ON_FAILURE
 from awa_django.domain.options import CallOptions, JobOptions, StoredOptions
-from awa_django.payload import TRACEPARENT_KEY
+from awa_django.domain.payload import TRACEPARENT_KEY
 
 PACKAGE = Path(awa_django.__file__).parent
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from awa_django.pgtext import clean_json, clean_text, clean_value, json_is_clean
+from awa_django.domain.pgtext import clean_json, clean_text, clean_value, json_is_clean
 
 
 def test_ordinary_text_is_returned_as_it_came():

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from awa_django import InvalidJob, PartitionedQueue, stripes
-from awa_django.domain import routing
-from awa_django.partitioned import logical_name, registry, split_queue_option
+from awa_django import InvalidJob, PartitionedQueue
+from awa_django.domain import routing, stripes
+from awa_django.domain.partitioned import logical_name, registry, split_queue_option
 
 # key -> its BLAKE2b-64 hash (big-endian), and that hash mod 4 and mod 8.
 HASHES = [

@@ -7,6 +7,12 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from awa_django import ops
+from awa_django.domain.records import (
+    BATCH_OP_JOB_STATES,
+    BATCH_OP_KINDS,
+    BatchOperation,
+    describe_batch_operation,
+)
 from awa_django.management.options import (
     add_database_argument,
     add_json_argument,
@@ -19,12 +25,6 @@ from awa_django.management.output import (
     not_found,
     operator_errors,
     usage_error,
-)
-from awa_django.records import (
-    BATCH_OP_JOB_STATES,
-    BATCH_OP_KINDS,
-    BatchOperation,
-    describe_batch_operation,
 )
 
 

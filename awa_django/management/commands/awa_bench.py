@@ -28,12 +28,12 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from awa_django.conf import awa_settings
+from awa_django.domain.payload import check_queue
+from awa_django.domain.stripes import MAX_STRIPES
 from awa_django.management import bench as workloads
 from awa_django.management.bench import BenchOptions
 from awa_django.management.options import add_database_argument
-from awa_django.payload import check_queue
 from awa_django.runtime.worker import startup_heap_frozen
-from awa_django.stripes import MAX_STRIPES
 
 STAGES = ("enqueue", "drain", "latency")
 TELEMETRY = ("on", "off", "both")

@@ -7,9 +7,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from awa_django import ops
+from awa_django.domain.records import DescriptorInfo
 from awa_django.management.options import add_database_argument, add_json_argument
 from awa_django.management.output import Output
-from awa_django.records import DescriptorInfo
 
 #: ``--kind`` -> (JSON key, table title, what lists it).
 CATALOGS = {

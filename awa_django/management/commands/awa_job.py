@@ -8,6 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from awa_django import ops
+from awa_django.domain.records import JobInfo
 from awa_django.management.options import (
     add_database_argument,
     add_json_argument,
@@ -19,7 +20,6 @@ from awa_django.management.output import (
     not_found,
     operator_errors,
 )
-from awa_django.records import JobInfo
 
 
 class Command(BaseCommand):

@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from awa_django import ops
 from awa_django.domain.overrides import OVERRIDABLE, check_keys, check_overrides
+from awa_django.domain.records import JOB_STATES, QueueInfo
 from awa_django.management.options import (
     add_database_argument,
     add_json_argument,
@@ -23,7 +24,6 @@ from awa_django.management.output import (
     operator_errors,
     usage_error,
 )
-from awa_django.records import JOB_STATES, QueueInfo
 
 #: The states ``drain`` cancels (running and waiting attempts finish).
 DRAINED_STATES = ("available", "scheduled", "waiting", "retryable")

@@ -1,4 +1,4 @@
--- Queue stripes (awa_django/stripes.py).
+-- Queue stripes (awa_django/domain/stripes.py).
 
 -- name: stripes_with_jobs
 -- Which of these physical queues hold a job still to run: a lane with

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .exceptions import InvalidJob
+from ..exceptions import InvalidJob
 from .payload import storable
 
 #: Metadata key holding a job's concurrency key (a string).

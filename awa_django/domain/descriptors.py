@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .exceptions import InvalidJob
+from ..exceptions import InvalidJob
 
 #: The keys a ``"descriptor"`` dict (and :class:`Descriptor`) accepts.
 DESCRIPTOR_KEYS = ("display_name", "description", "owner", "docs_url", "tags", "extra")

@@ -22,7 +22,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any, cast
 
-from .exceptions import InvalidJob
+from ..exceptions import InvalidJob
 from .payload import MAX_DELAY_SECONDS
 from .records import JOB_STATES
 

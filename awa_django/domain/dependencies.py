@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .exceptions import InvalidJob
+from ..exceptions import InvalidJob
 
 #: Metadata key holding the ids a job was enqueued to wait for.
 DEPENDS_ON = "awa:depends_on"

@@ -26,8 +26,8 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from .domain import routing
-from .exceptions import InvalidJob
+from ..exceptions import InvalidJob
+from . import routing
 from .payload import check_queue
 
 #: Most partitions one logical queue may have.

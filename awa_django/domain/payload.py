@@ -17,9 +17,9 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..conf import QUEUE_NAME_RE
+from ..exceptions import InvalidJob
 from . import clock
-from .conf import QUEUE_NAME_RE
-from .exceptions import InvalidJob
 
 MAX_KIND_LENGTH = 255
 MAX_TAGS = 64
@@ -32,7 +32,7 @@ MAX_ATTEMPTS_LIMIT = 10_000
 
 def check_queue(queue: Any) -> str:
     if not isinstance(queue, str) or not QUEUE_NAME_RE.match(queue):
-        # '#' separates a queue from its stripe number (awa_django.stripes).
+        # '#' separates a queue from its stripe number (awa_django.domain.stripes).
         reserved = (
             " ('#' is reserved for queue stripes)"
             if isinstance(queue, str) and "#" in queue

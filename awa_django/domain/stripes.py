@@ -44,8 +44,8 @@ import random
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
-from .conf import awa_settings
-from .domain import routing
+from ..conf import awa_settings
+from . import routing
 
 #: Separates a logical queue name from its stripe number (``email#3``).
 SEPARATOR = routing.STRIPE
