@@ -137,6 +137,8 @@ FOLDED = {
     ),
     ("FUNCTION", "rescue_attempts(text, interval, boolean, text[], text[], integer)"),
     ("TYPE", "won_closure"),
+    # grant_roles hands that type to the owner role like the tables.
+    ("FUNCTION", "grant_roles(name, name, name)"),
     ("FUNCTION", "write_outcomes(awa.won_closure[])"),
     ("FUNCTION", "cancel_ring_job(bigint, text)"),
     ("FUNCTION", "cancel_job(bigint, text)"),
