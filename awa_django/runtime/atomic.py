@@ -6,7 +6,7 @@ thread, :func:`close_in_transaction` opens ``transaction.atomic()`` on that thre
 Django connection for the job's database (the worker's ``--database``, by
 default ``AWA["DATABASE"]``), calls the handler, and, when it returns,
 writes the attempt's closure with the same guarded statement the completer
-uses (``awa.close_attempts_checked`` / ``awa.close_leases``) before the block
+uses (``awa.close_attempts`` / ``awa.close_leases``) before the block
 commits.  So:
 
 * the handler's writes, the jobs it enqueued on that connection and the

@@ -10,8 +10,8 @@ ones whose attempt is still open and returns them.  The rest are stale (the
 attempt was rescued, cancelled or handed back meanwhile): they are counted
 in ``stale`` and logged, never applied.
 
-* :class:`InlineCompleter` closes each submission in its own statement (tests,
-  one-off paths).
+* :class:`Completer` itself closes each submission in its own statement
+  (tests, one-off paths).
 * :class:`BatchCompleter` collects closures and flushes them in ONE
   ``awa.close_attempts`` statement when it has ``batch_size`` of them or
   ``flush_interval`` after the first one arrived (defaults 512 / 1 ms), or
@@ -19,25 +19,14 @@ in ``stale`` and logged, never applied.
   has submitted: then waiting cannot grow the batch, and a 1-permit queue
   would pay the flush interval on every job.
 
-Errors (both twins, :meth:`Completer.submit_group`): a server that cannot
-be reached (no connection to be had) is waited for, retried with backoff
-for as long as it takes: no closure is at fault.  A connection lost during
-the statement, a server shutting down, a lost conflict (deadlock,
-serialization failure) or a transient refusal (statement timeout, lock
-timeout, class 53: disk full, out of memory) is retried as it is, with
-backoff, at most :data:`MAX_RETRIES` times in a row for one batch: the
-statement is idempotent per attempt, so a retry at worst reports our own
-closures as stale.  Past that, or on any other error, the batch is split in
-halves until the closures that fail on their own are found, so one bad
-closure never holds up or drops its 511 batch-mates.  Each closure that
-fails alone is replaced by its *fallback* (see
-:meth:`Completer.set_fallback`; the worker's is
-:func:`~awa_django.runtime.closures.unstorable`: failed or DLQ for a value
-the database refuses, see :func:`refused_for_good`; otherwise a retry while
-attempts remain) and that is written instead; only if the fallback fails
-too is the error reported, and the attempt is left open for its hand-back
-(which is bounded, see :func:`~awa_django.runtime.closures.handed_back`).
-A closure is never dropped silently and never retried forever.
+Errors (both twins, :meth:`Completer.submit_group`) are handled by
+:class:`~.flush_retry.ClosureWriter`, kept in its own module: a server that
+cannot be reached is waited for, a lost connection or conflict is retried a
+bounded number of times, and past that the batch is split until the
+closures that fail on their own are found, each then replaced by its
+*fallback* (:meth:`Completer.set_fallback`).  One bad closure never holds up
+or drops its 511 batch-mates; a closure is never dropped silently and never
+retried forever.
 
 A dispatcher hands in the closures of a whole claim at once
 (:meth:`Completer.submit_group`): they wait as one group, under one future,
@@ -61,94 +50,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import psycopg
-from psycopg_pool import PoolTimeout
-
 from ..domain.records import Closure
 from ..storage import AsyncRunner
 from ..storage.attempts import close_attempts
 from .config import CompleterConfig
+from .flush_retry import MAX_RETRIES as MAX_RETRIES
+from .flush_retry import ClosureWriter, Fallback
+from .flush_retry import refused_for_good as refused_for_good
 
 if TYPE_CHECKING:
     from .atomic import Settled
 
 log = logging.getLogger("awa_django.worker")
-
-#: First retry delay of a flush; doubled on each retry up to MAX_RETRY_DELAY.
-RETRY_DELAY = 0.5
-MAX_RETRY_DELAY = 5.0
-#: Consecutive retries of one batch before it is split.
-MAX_RETRIES = 5
-
-#: Builds the closure written instead of one the database refused (or None
-#: when there is none to write): ``fallback(closure, error)``.
-Fallback = Callable[[Closure, Exception], "Closure | None"]
-
-
-def retryable(exc: BaseException) -> bool:
-    """Whether the same statement may succeed if sent again as it is: the
-    connection was lost or never made, the server is shutting down, or the
-    transaction lost a conflict (deadlock, serialization failure).
-
-    Transient refusals (:func:`transient`) may too, after a while; anything
-    else would fail the same way again.
-    """
-    if not isinstance(exc, psycopg.Error):
-        return False
-    state = exc.sqlstate
-    if state is None:
-        # No SQLSTATE: the client lost (or could not get) its connection.
-        return isinstance(exc, psycopg.OperationalError)
-    return state[:2] in _RETRYABLE_CLASSES or state in _RETRYABLE_STATES
-
-
-def unreachable(exc: BaseException) -> bool:
-    """Whether the statement never reached a server: no connection could be
-    had.  No closure can be at fault, so the batch is neither split nor
-    given up on."""
-    if isinstance(exc, PoolTimeout):
-        return True
-    return isinstance(exc, psycopg.Error) and exc.sqlstate in _UNREACHABLE_STATES
-
-
-def transient(exc: BaseException) -> bool:
-    """A refusal that says nothing about the closures and may pass: a
-    statement timeout (57014), a lock timeout (55P03), insufficient
-    resources (class 53: disk full, out of memory, too many connections)."""
-    if not isinstance(exc, psycopg.Error) or exc.sqlstate is None:
-        return False
-    state = exc.sqlstate
-    return state in _TRANSIENT_STATES or state[:2] == "53"
-
-
-def refused_for_good(exc: BaseException) -> bool:
-    """Whether the database (or psycopg, encoding the parameters) refused a
-    closure's values: a data exception (class 22), an integrity violation
-    (23), a value over a limit (54), or an error raised client-side before
-    anything was sent.  Such a closure fails the same way every time; its
-    attempt ends failed (see :func:`~.closures.unstorable`)."""
-    if not isinstance(exc, psycopg.Error):
-        return True  # encoding the parameters (UnicodeEncodeError, TypeError, ...)
-    state = exc.sqlstate
-    if state is None:
-        return isinstance(exc, psycopg.DataError)
-    return state[:2] in _REFUSED_CLASSES
-
-
-#: Connection exceptions and transaction rollbacks (deadlock, serialization).
-_RETRYABLE_CLASSES = frozenset({"08", "40"})
-#: Admin shutdown, crash shutdown, cannot connect now.
-_RETRYABLE_STATES = frozenset({"57P01", "57P02", "57P03"})
-#: Cannot connect now, unable to connect, connection rejected.
-_UNREACHABLE_STATES = frozenset({"57P03", "08001", "08004"})
-#: Statement timeout (query canceled), lock not available.
-_TRANSIENT_STATES = frozenset({"57014", "55P03"})
-#: Data exception, integrity constraint violation, program limit exceeded.
-_REFUSED_CLASSES = frozenset({"22", "23", "54"})
-
-
-def _backoff(retries: int) -> float:
-    return min(RETRY_DELAY * 2.0**retries, MAX_RETRY_DELAY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,16 +116,22 @@ class Completer:
         self.stale = 0
         self._listeners: list[Listener] = []
         self._running: list[Callable[[], int]] = []
-        self._fallback: Fallback | None = None
-        #: Closures the database refused and whose fallback was written instead.
-        self.replaced = 0
-        #: Flushes sent again after a retryable or transient error.
-        self.retried = 0
+        self._writer = ClosureWriter(runner)
+
+    @property
+    def replaced(self) -> int:
+        """Closures the database refused and whose fallback was written instead."""
+        return self._writer.replaced
+
+    @property
+    def retried(self) -> int:
+        """Flushes sent again after a retryable or transient error."""
+        return self._writer.retried
 
     def set_fallback(self, fallback: Fallback) -> None:
         """Write ``fallback(closure, error)`` instead of a closure that fails
         on its own for a reason a retry would not cure."""
-        self._fallback = fallback
+        self._writer.fallback = fallback
 
     def subscribe(self, listener: Listener) -> None:
         """Call ``listener(events)`` after every flush."""
@@ -255,7 +174,7 @@ class Completer:
         if not closures:
             return []
         closures = list(closures)
-        written, won, failed = await self._close(closures)
+        written, won, failed = await self._writer.write(closures)
         return self._answers(closures, written, won, failed)
 
     def _answers(
@@ -265,7 +184,7 @@ class Completer:
         won: set[tuple[int, int]],
         failed: dict[tuple[int, int], Exception],
     ) -> list[Outcome]:
-        """Each closure's answer, in order, once ``_close`` wrote them."""
+        """Each closure's answer, in order, once the writer wrote them."""
         if not failed and written is closures:
             return list(self._settle(closures, won))
         # Some closures failed, or were split up and maybe replaced by
@@ -303,81 +222,6 @@ class Completer:
         """Flush what is pending; returns how many closures were written."""
         return 0
 
-    async def _close(
-        self, closures: list[Closure], budget: list[int] | None = None, *, replace: bool = True
-    ) -> tuple[list[Closure], set[tuple[int, int]], dict[tuple[int, int], Exception]]:
-        """Write ``closures`` (see "Errors" above); returns the closures
-        written (a fallback in place of the one it replaced), the attempts
-        that won, and the errors of those that could not be written at all.
-
-        ``budget`` holds the retries left to the halves of a split batch:
-        they (and the fallbacks) share what their batch did not use, so a
-        split never multiplies the retries (a server that cannot be reached is waited for apart).
-        ``replace`` False reports a closure that fails alone instead of
-        writing its fallback (a fallback has none).
-        """
-        if budget is None:
-            budget = [MAX_RETRIES]
-        waited = 0
-        while True:
-            try:
-                return closures, await self._run(close_attempts(closures)), {}
-            except Exception as exc:
-                if unreachable(exc):
-                    log.warning("completion flush failed (%s); waiting for the server", exc)
-                    await asyncio.sleep(_backoff(waited))
-                    waited += 1
-                    continue
-                if budget[0] > 0 and (retryable(exc) or transient(exc)):
-                    retries = MAX_RETRIES - budget[0]
-                    budget[0] -= 1
-                    self.retried += 1
-                    log.warning(
-                        "completion flush of %s closures failed (%s); retry %s of %s",
-                        len(closures),
-                        exc,
-                        retries + 1,
-                        MAX_RETRIES,
-                    )
-                    await asyncio.sleep(_backoff(retries))
-                    continue
-                if len(closures) > 1:
-                    half = len(closures) // 2
-                    first, won, errors = await self._close(closures[:half], budget)
-                    second, more_won, more = await self._close(closures[half:], budget)
-                    return first + second, won | more_won, {**errors, **more}
-                if not replace:
-                    return [], set(), {(closures[0].job_id, closures[0].run_lease): exc}
-                return await self._fall_back(closures[0], exc, budget)
-
-    async def _fall_back(
-        self, closure: Closure, exc: Exception, budget: list[int]
-    ) -> tuple[list[Closure], set[tuple[int, int]], dict[tuple[int, int], Exception]]:
-        key = (closure.job_id, closure.run_lease)
-        log.error("job %s: its completion cannot be written: %s", closure.job_id, exc)
-        try:
-            fallback = self._fallback(closure, exc) if self._fallback is not None else None
-        except Exception:
-            log.exception("job %s: building its fallback closure failed", closure.job_id)
-            fallback = None
-        if fallback is not None:
-            _, won, failed = await self._close([fallback], budget, replace=False)
-            if failed:
-                log.error(
-                    "job %s: its fallback closure failed too: %s",
-                    closure.job_id,
-                    next(iter(failed.values())),
-                )
-            else:
-                self.replaced += 1
-                log.error(
-                    "job %s: closed as %s instead (the attempt's outcome was not stored)",
-                    closure.job_id,
-                    fallback.target,
-                )
-                return [fallback], won, {}
-        return [], set(), {key: exc}
-
     def _settle(self, closures: Sequence[Closure], won: set[tuple[int, int]]) -> list[bool]:
         results = [(c.job_id, c.run_lease) in won for c in closures]
         stale = results.count(False)
@@ -399,10 +243,6 @@ class Completer:
                 except Exception:
                     log.exception("completion listener %r failed", listener)
         return results
-
-
-class InlineCompleter(Completer):
-    """Closes each submission immediately in its own statement."""
 
 
 class BatchCompleter(Completer):
@@ -537,7 +377,7 @@ class BatchCompleter(Completer):
         self._writing = batch
         written: list[Closure] = []
         try:
-            written, won, failed = await self._close(closures)
+            written, won, failed = await self._writer.write(closures)
             outcomes = self._answers(closures, written, won, failed)
         except Exception as exc:
             log.exception("completer: a batch of %s closures could not be written", len(batch))

@@ -155,7 +155,10 @@ async def _database(worker: ProbedWorker) -> Check:
         return check_entry(False, f"no answer to SELECT 1 within {DATABASE_TIMEOUT:g}s")
     error = ping.exception()
     if error is not None:
-        return check_entry(False, first_line(error))
+        # The driver's message names the server's host, port and role: it
+        # goes to the worker's log; the probe answers whoever reaches its port.
+        log.warning("readiness: the database does not answer: %s", first_line(error))
+        return check_entry(False, "the database does not answer")
     return check_entry(True, "", seconds=round(time.monotonic() - began, 4))
 
 

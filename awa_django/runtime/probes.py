@@ -283,9 +283,9 @@ class HealthListener:
             probe = await (
                 self.probes.liveness() if path == "/healthz" else self.probes.readiness()
             )
-        except Exception as exc:
+        except Exception:
             log.exception("the health probe %s failed", path)
-            return _error(500, f"the probe failed: {first_line(exc)}", head_only=head_only)
+            return _error(500, "the probe failed (see the worker's log)", head_only=head_only)
         return _json(probe.status, probe.document(), head_only=head_only)
 
 

@@ -23,7 +23,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from awa_django import Cancel, job, ops
 from awa_django.domain.closures import UNSTORABLE, completed, unstorable
-from awa_django.runtime import completer
+from awa_django.runtime import flush_retry
 from awa_django.runtime.completer import MAX_RETRIES, BatchCompleter, Replaced
 from awa_django.runtime.config import CompleterConfig
 from awa_django.storage import AsyncRunner
@@ -46,8 +46,8 @@ def _clean(reset_awa):
 @pytest.fixture
 def quick_retries(monkeypatch):
     """Retries as many, much sooner (the backoff is not what is tested)."""
-    monkeypatch.setattr(completer, "RETRY_DELAY", 0.01)
-    monkeypatch.setattr(completer, "MAX_RETRY_DELAY", 0.02)
+    monkeypatch.setattr(flush_retry, "RETRY_DELAY", 0.01)
+    monkeypatch.setattr(flush_retry, "MAX_RETRY_DELAY", 0.02)
 
 
 async def with_runner(scenario, **options: str):

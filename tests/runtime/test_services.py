@@ -17,7 +17,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from awa_django import ops
 from awa_django.domain.closures import completed
-from awa_django.runtime.completer import BatchCompleter, CompletionEvent, InlineCompleter
+from awa_django.runtime.completer import BatchCompleter, Completer, CompletionEvent
 from awa_django.runtime.config import CompleterConfig, PeriodicConfig
 from awa_django.runtime.executor import context_for
 from awa_django.runtime.heartbeat import Heartbeat
@@ -46,7 +46,7 @@ def test_completers_report_applied_and_stale_closures_to_listeners(queue):
 
     async def scenario(run: AsyncRunner):
         jobs = await run(claim(queue, 10, uuid.uuid4(), 300.0, 0.0))
-        inline = InlineCompleter(run)
+        inline = Completer(run)
         batch = BatchCompleter(CompleterConfig(batch_size=2, flush_interval=0), run)
         for completer in (inline, batch):
             completer.subscribe(seen.append)

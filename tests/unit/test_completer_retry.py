@@ -7,7 +7,7 @@ import pytest
 from psycopg import errors
 from psycopg_pool import PoolTimeout
 
-from awa_django.runtime.completer import refused_for_good, retryable, transient, unreachable
+from awa_django.runtime.flush_retry import refused_for_good, retryable, transient, unreachable
 
 
 @pytest.mark.parametrize(

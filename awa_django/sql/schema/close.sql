@@ -28,394 +28,16 @@
 -- is read gets locked: a prune's ACCESS EXCLUSIVE request on some other
 -- slot never queues a close.
 --
--- Besides awa.close_attempts (the worker's batched close), three closes
--- serve callers inside the substrate: awa.close_attempts_checked (drops
--- the items whose nonce does not match, then applies the rest through
--- awa.close_attempts_unchecked; used by cancel) and
--- awa.close_rescued_attempts (used by rescue, which has no nonce to
--- match).  awa.record_progress takes the batch lock like a close, so
--- progress is never written after its attempt closed.
+-- One close serves every caller: awa.close_attempts is the worker's batched
+-- close, and operator cancel and rescue close through it too (rescue reads
+-- the nonces from the batches it rescues).  The outcome rows that need a
+-- job body are written by awa.write_outcomes, which the lease close
+-- (leases.sql) shares.  awa.record_progress takes the batch lock like a
+-- close, so progress is never written after its attempt closed.
 
 -- ---------------------------------------------------------------------------
 -- Closing attempts
 -- ---------------------------------------------------------------------------
-
--- The rescue's close (awa.rescue_attempts), without nonces.  The contract of
--- every close: a batch of attempts, each with its own target:
---   completed                       -> compact: one closure-batch row per claim
---                                      batch, one completion-batch row per ready slot
---   failed / cancelled              -> explicit closure + done_entries row
---   retryable / scheduled           -> explicit closure + deferred_jobs row
---                                      (run_at = p_run_ats[i], NULL meaning now)
---   dlq                             -> explicit closure + dlq_entries row
--- Attempts are named by (claim_slot, batch_id, item) and must match their
--- (job_id, run_lease).  Any array after the five key arrays may be NULL,
--- meaning its default for every item (target 'completed', attempt 0, ...).  p_attempts is the attempt count to store on a
--- deferred row (a snooze or hand-back passes the count before this attempt,
--- so it is not counted).  p_errors is the whole error history as JSON text
--- (NULL keeps the history on the ready row); p_progress likewise for
--- progress.  Returns the attempts actually closed; the others were stale and
--- nothing was written for them.
-CREATE OR REPLACE FUNCTION awa.close_rescued_attempts(
-    p_claim_slots smallint[], p_batch_ids bigint[], p_items integer[], p_job_ids bigint[],
-    p_run_leases bigint[], p_targets text[], p_outcomes text[], p_run_ats timestamptz[],
-    p_attempts smallint[], p_errors text[], p_results text[], p_reasons text[],
-    p_progress text[])
-RETURNS TABLE (job_id bigint, run_lease bigint)
-LANGUAGE plpgsql AS $$
-BEGIN
-    -- The guard: one closer at a time per claim batch (ordered: no deadlocks).
-    PERFORM 1
-       FROM awa.lease_claim_batches b
-      WHERE (b.batch_id, b.claim_slot) IN (SELECT DISTINCT x.batch_id, x.claim_slot
-                                             FROM unnest(p_batch_ids, p_claim_slots)
-                                                  AS x(batch_id, claim_slot))
-      ORDER BY b.batch_id
-        FOR UPDATE;
-
-    RETURN QUERY
-    WITH input AS (
-        SELECT DISTINCT ON (i.batch_id, i.item, i.claim_slot)
-               i.claim_slot, i.batch_id, i.item, i.job_id, i.run_lease,
-               COALESCE(i.target, 'completed') AS target,
-               COALESCE(i.outcome, i.target, 'completed') AS outcome,
-               i.run_at, COALESCE(i.attempt, 0)::smallint AS attempt, i.errors, i.result,
-               i.reason, i.progress
-          FROM unnest(p_claim_slots, p_batch_ids, p_items, p_job_ids, p_run_leases, p_targets,
-                      p_outcomes, p_run_ats, p_attempts, p_errors, p_results, p_reasons,
-                      p_progress)
-               AS i(claim_slot, batch_id, item, job_id, run_lease, target, outcome, run_at,
-                    attempt, errors, result, reason, progress)
-    ), touched AS (
-        SELECT DISTINCT i.batch_id, i.claim_slot FROM input i
-    ), evidence AS (
-        -- Items of the touched claim batches that are already closed, read
-        -- once per batch rather than probed once per item.
-        SELECT x.batch_id, x.claim_slot, x.item
-          FROM touched t
-          JOIN awa.lease_claim_closures x
-            ON x.batch_id = t.batch_id AND x.claim_slot = t.claim_slot
-        UNION ALL
-        SELECT y.batch_id, y.claim_slot, unnest(y.items)
-          FROM touched t
-          JOIN awa.lease_claim_closure_batches y
-            ON y.batch_id = t.batch_id AND y.claim_slot = t.claim_slot
-    ), won AS (
-        SELECT i.*, b.queue, b.priorities[i.item] AS priority, b.shards[i.item] AS shard,
-               b.lane_seqs[i.item] AS lane_seq, b.ready_slots[i.item] AS ready_slot,
-               b.claimed_at, b.attempts[i.item] AS claim_attempt
-          FROM input i
-          JOIN awa.lease_claim_batches b
-            ON b.batch_id = i.batch_id AND b.claim_slot = i.claim_slot
-          LEFT JOIN evidence e
-            ON e.batch_id = i.batch_id AND e.claim_slot = i.claim_slot AND e.item = i.item
-         WHERE b.job_ids[i.item] = i.job_id AND b.run_leases[i.item] = i.run_lease
-           AND e.item IS NULL
-    ), explicit AS (
-        INSERT INTO awa.lease_claim_closures (claim_slot, batch_id, item, job_id, run_lease,
-                                              outcome)
-        SELECT w.claim_slot, w.batch_id, w.item, w.job_id, w.run_lease, w.outcome
-          FROM won w
-         WHERE w.target <> 'completed'
-    ), compact AS (
-        INSERT INTO awa.lease_claim_closure_batches (claim_slot, batch_id, items)
-        SELECT w.claim_slot, w.batch_id, array_agg(w.item ORDER BY w.item)
-          FROM won w
-         WHERE w.target = 'completed'
-         GROUP BY w.claim_slot, w.batch_id
-    ), completions AS (
-        INSERT INTO awa.receipt_completion_batches (ready_slot, queue, attempted_at, job_ids,
-                                                    run_leases, attempts, priorities, shards,
-                                                    lane_seqs, return_values)
-        SELECT w.ready_slot, w.queue, w.claimed_at, array_agg(w.job_id ORDER BY w.item),
-               array_agg(w.run_lease ORDER BY w.item),
-               array_agg(w.claim_attempt ORDER BY w.item),
-               array_agg(w.priority ORDER BY w.item), array_agg(w.shard ORDER BY w.item),
-               array_agg(w.lane_seq ORDER BY w.item), array_agg(w.result ORDER BY w.item)
-          FROM won w
-         WHERE w.target = 'completed'
-         GROUP BY w.ready_slot, w.queue, w.batch_id, w.claimed_at
-    ), settled AS (
-        -- Non-success outcomes, with the job body and the progress they keep.
-        SELECT w.*, r.kind, r.args, r.kwargs, r.metadata, r.tags, r.max_attempts,
-               r.ordering_key, r.created_at, r.run_at AS ready_run_at,
-               COALESCE(w.errors::jsonb, r.errors) AS history,
-               COALESCE(w.progress::jsonb, s.progress, r.progress) AS last_progress
-          FROM won w
-          JOIN awa.ready_entries r
-            ON r.ready_slot = w.ready_slot AND r.queue = w.queue AND r.priority = w.priority
-           AND r.shard = w.shard AND r.lane_seq = w.lane_seq
-          LEFT JOIN awa.attempt_state s ON s.job_id = w.job_id AND s.run_lease = w.run_lease
-         WHERE w.target <> 'completed'
-    ), terminal AS (
-        INSERT INTO awa.done_entries (ready_slot, ready_generation, job_id, run_lease, state,
-                                      queue, priority, shard, lane_seq, attempt, errors,
-                                      progress, return_value, attempted_at)
-        SELECT t.ready_slot, 0, t.job_id, t.run_lease, t.target, t.queue, t.priority, t.shard,
-               t.lane_seq, t.claim_attempt, t.errors::jsonb, t.last_progress, t.result::json,
-               t.claimed_at
-          FROM settled t
-         WHERE t.target IN ('failed', 'cancelled')
-    ), deferred AS (
-        INSERT INTO awa.deferred_jobs (job_id, state, queue, priority, kind, args, kwargs,
-                                       metadata, tags, attempt, max_attempts, run_lease,
-                                       ordering_key, errors, progress, created_at, run_at,
-                                       attempted_at)
-        SELECT t.job_id, t.target, t.queue, t.priority, t.kind, t.args, t.kwargs, t.metadata,
-               t.tags, t.attempt, t.max_attempts, t.run_lease, t.ordering_key, t.history,
-               t.last_progress, t.created_at, COALESCE(t.run_at, clock_timestamp()),
-               t.claimed_at
-          FROM settled t
-         WHERE t.target IN ('retryable', 'scheduled')
-    ), dead AS (
-        INSERT INTO awa.dlq_entries (job_id, queue, priority, kind, args, kwargs, metadata,
-                                     tags, attempt, max_attempts, run_lease, ordering_key,
-                                     errors, progress, reason, created_at, run_at,
-                                     attempted_at)
-        SELECT t.job_id, t.queue, t.priority, t.kind, t.args, t.kwargs, t.metadata, t.tags,
-               t.claim_attempt, t.max_attempts, t.run_lease, t.ordering_key, t.history,
-               t.last_progress, COALESCE(t.reason, 'failed'), t.created_at, t.ready_run_at,
-               t.claimed_at
-          FROM settled t
-         WHERE t.target = 'dlq'
-    )
-    SELECT w.job_id, w.run_lease FROM won w;
-END
-$$;
-
--- The same close for a caller that already matched the claim nonces
--- (awa.close_attempts_checked): reads the queue ring only for outcomes that
--- need a job body, with every ring read pruned to the slots named.
-CREATE OR REPLACE FUNCTION awa.close_attempts_unchecked(
-    p_claim_slots smallint[], p_batch_ids bigint[], p_items integer[], p_job_ids bigint[],
-    p_run_leases bigint[], p_targets text[], p_outcomes text[], p_run_ats timestamptz[],
-    p_attempts smallint[], p_errors text[], p_results text[], p_reasons text[],
-    p_progress text[])
-RETURNS TABLE (job_id bigint, run_lease bigint)
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_ready_slots smallint[];
-BEGIN
-    -- Planned with the actual arrays: the slot predicates below prune the
-    -- claim ring (and, for failures, the queue ring) at plan time, so only
-    -- the partitions this close writes or reads are locked.
-    PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
-
-    -- The guard: one closer at a time per claim batch (ordered: no deadlocks).
-    PERFORM 1
-       FROM awa.lease_claim_batches b
-      WHERE b.claim_slot = ANY (p_claim_slots)
-        AND (b.batch_id, b.claim_slot) IN (SELECT DISTINCT x.batch_id, x.claim_slot
-                                             FROM unnest(p_batch_ids, p_claim_slots)
-                                                  AS x(batch_id, claim_slot))
-      ORDER BY b.batch_id
-        FOR UPDATE;
-
-    IF p_targets IS NULL OR 'completed' = ALL (p_targets) THEN
-        -- All successes (the common batch): compact evidence and completion
-        -- rows only; no job body is needed, so the queue ring is not read.
-        RETURN QUERY
-        WITH input AS (
-            SELECT DISTINCT ON (i.batch_id, i.item, i.claim_slot)
-                   i.claim_slot, i.batch_id, i.item, i.job_id, i.run_lease, i.result
-              FROM unnest(p_claim_slots, p_batch_ids, p_items, p_job_ids, p_run_leases,
-                          p_results)
-                   AS i(claim_slot, batch_id, item, job_id, run_lease, result)
-        ), touched AS (
-            SELECT DISTINCT i.batch_id, i.claim_slot FROM input i
-        ), evidence AS (
-            SELECT x.batch_id, x.claim_slot, x.item
-              FROM touched t
-              JOIN awa.lease_claim_closures x
-                ON x.batch_id = t.batch_id AND x.claim_slot = t.claim_slot
-             WHERE x.claim_slot = ANY (p_claim_slots)
-            UNION ALL
-            SELECT y.batch_id, y.claim_slot, unnest(y.items)
-              FROM touched t
-              JOIN awa.lease_claim_closure_batches y
-                ON y.batch_id = t.batch_id AND y.claim_slot = t.claim_slot
-             WHERE y.claim_slot = ANY (p_claim_slots)
-        ), won AS (
-            SELECT i.*, b.queue, b.priorities[i.item] AS priority, b.shards[i.item] AS shard,
-                   b.lane_seqs[i.item] AS lane_seq, b.ready_slots[i.item] AS ready_slot,
-                   b.claimed_at, b.attempts[i.item] AS claim_attempt
-              FROM input i
-              JOIN awa.lease_claim_batches b
-                ON b.batch_id = i.batch_id AND b.claim_slot = i.claim_slot
-              LEFT JOIN evidence e
-                ON e.batch_id = i.batch_id AND e.claim_slot = i.claim_slot AND e.item = i.item
-             WHERE b.claim_slot = ANY (p_claim_slots)
-               AND b.job_ids[i.item] = i.job_id AND b.run_leases[i.item] = i.run_lease
-               AND e.item IS NULL
-        ), compact AS (
-            INSERT INTO awa.lease_claim_closure_batches (claim_slot, batch_id, items)
-            SELECT w.claim_slot, w.batch_id, array_agg(w.item ORDER BY w.item)
-              FROM won w
-             GROUP BY w.claim_slot, w.batch_id
-        ), completions AS (
-            INSERT INTO awa.receipt_completion_batches (ready_slot, queue, attempted_at, job_ids,
-                                                        run_leases, attempts, priorities, shards,
-                                                        lane_seqs, return_values)
-            SELECT w.ready_slot, w.queue, w.claimed_at, array_agg(w.job_id ORDER BY w.item),
-                   array_agg(w.run_lease ORDER BY w.item),
-                   array_agg(w.claim_attempt ORDER BY w.item),
-                   array_agg(w.priority ORDER BY w.item), array_agg(w.shard ORDER BY w.item),
-                   array_agg(w.lane_seq ORDER BY w.item), array_agg(w.result ORDER BY w.item)
-              FROM won w
-             GROUP BY w.ready_slot, w.queue, w.batch_id, w.claimed_at
-        ), forgotten AS (
-            -- A closed attempt's mutable state goes with it (its progress
-            -- is cleared on completion).
-            DELETE FROM awa.attempt_state s
-             USING won w
-             WHERE s.job_id = w.job_id AND s.run_lease = w.run_lease
-        )
-        SELECT w.job_id, w.run_lease FROM won w;
-        RETURN;
-    END IF;
-
-    -- Mixed outcomes: the queue ring slots holding these attempts' ready rows
-    -- (their bodies are carried into deferred, done and DLQ rows).
-    SELECT array_agg(DISTINCT b.ready_slots[x.item]) INTO v_ready_slots
-      FROM unnest(p_claim_slots, p_batch_ids, p_items) AS x(claim_slot, batch_id, item)
-      JOIN awa.lease_claim_batches b ON b.batch_id = x.batch_id AND b.claim_slot = x.claim_slot
-     WHERE b.claim_slot = ANY (p_claim_slots);
-
-    RETURN QUERY
-    WITH input AS (
-        SELECT DISTINCT ON (i.batch_id, i.item, i.claim_slot)
-               i.claim_slot, i.batch_id, i.item, i.job_id, i.run_lease,
-               COALESCE(i.target, 'completed') AS target,
-               COALESCE(i.outcome, i.target, 'completed') AS outcome,
-               i.run_at, COALESCE(i.attempt, 0)::smallint AS attempt, i.errors, i.result,
-               i.reason, i.progress
-          FROM unnest(p_claim_slots, p_batch_ids, p_items, p_job_ids, p_run_leases, p_targets,
-                      p_outcomes, p_run_ats, p_attempts, p_errors, p_results, p_reasons,
-                      p_progress)
-               AS i(claim_slot, batch_id, item, job_id, run_lease, target, outcome, run_at,
-                    attempt, errors, result, reason, progress)
-    ), touched AS (
-        SELECT DISTINCT i.batch_id, i.claim_slot FROM input i
-    ), evidence AS (
-        -- Items of the touched claim batches that are already closed, read
-        -- once per batch rather than probed once per item.
-        SELECT x.batch_id, x.claim_slot, x.item
-          FROM touched t
-          JOIN awa.lease_claim_closures x
-            ON x.batch_id = t.batch_id AND x.claim_slot = t.claim_slot
-         WHERE x.claim_slot = ANY (p_claim_slots)
-        UNION ALL
-        SELECT y.batch_id, y.claim_slot, unnest(y.items)
-          FROM touched t
-          JOIN awa.lease_claim_closure_batches y
-            ON y.batch_id = t.batch_id AND y.claim_slot = t.claim_slot
-         WHERE y.claim_slot = ANY (p_claim_slots)
-    ), won AS (
-        SELECT i.*, b.queue, b.priorities[i.item] AS priority, b.shards[i.item] AS shard,
-               b.lane_seqs[i.item] AS lane_seq, b.ready_slots[i.item] AS ready_slot,
-               b.claimed_at, b.attempts[i.item] AS claim_attempt
-          FROM input i
-          JOIN awa.lease_claim_batches b
-            ON b.batch_id = i.batch_id AND b.claim_slot = i.claim_slot
-          LEFT JOIN evidence e
-            ON e.batch_id = i.batch_id AND e.claim_slot = i.claim_slot AND e.item = i.item
-         WHERE b.claim_slot = ANY (p_claim_slots)
-           AND b.job_ids[i.item] = i.job_id AND b.run_leases[i.item] = i.run_lease
-           AND e.item IS NULL
-    ), compact AS (
-        INSERT INTO awa.lease_claim_closure_batches (claim_slot, batch_id, items)
-        SELECT w.claim_slot, w.batch_id, array_agg(w.item ORDER BY w.item)
-          FROM won w
-         WHERE w.target = 'completed'
-         GROUP BY w.claim_slot, w.batch_id
-    ), completions AS (
-        INSERT INTO awa.receipt_completion_batches (ready_slot, queue, attempted_at, job_ids,
-                                                    run_leases, attempts, priorities, shards,
-                                                    lane_seqs, return_values)
-        SELECT w.ready_slot, w.queue, w.claimed_at, array_agg(w.job_id ORDER BY w.item),
-               array_agg(w.run_lease ORDER BY w.item),
-               array_agg(w.claim_attempt ORDER BY w.item),
-               array_agg(w.priority ORDER BY w.item), array_agg(w.shard ORDER BY w.item),
-               array_agg(w.lane_seq ORDER BY w.item), array_agg(w.result ORDER BY w.item)
-          FROM won w
-         WHERE w.target = 'completed'
-         GROUP BY w.ready_slot, w.queue, w.batch_id, w.claimed_at
-    ), settled AS (
-        -- Non-success outcomes, with the job body and the progress they keep.
-        SELECT w.*, r.kind, r.args, r.kwargs, r.metadata, r.tags, r.max_attempts,
-               r.ordering_key, r.created_at, r.run_at AS ready_run_at,
-               COALESCE(w.errors::jsonb, r.errors) AS history,
-               COALESCE(w.progress::jsonb, s.progress, r.progress) AS last_progress
-          FROM won w
-          JOIN awa.ready_entries r
-            ON r.ready_slot = w.ready_slot AND r.queue = w.queue AND r.priority = w.priority
-           AND r.shard = w.shard AND r.lane_seq = w.lane_seq
-           AND r.ready_slot = ANY (v_ready_slots)
-          LEFT JOIN awa.attempt_state s ON s.job_id = w.job_id AND s.run_lease = w.run_lease
-         WHERE w.target <> 'completed'
-    ), explicit AS (
-        -- Evidence only for the attempts whose next row is written below: an
-        -- attempt whose ready row could not be found stays open (and visible
-        -- to rescue) instead of being closed with nothing to show for it.
-        INSERT INTO awa.lease_claim_closures (claim_slot, batch_id, item, job_id, run_lease,
-                                              outcome)
-        SELECT t.claim_slot, t.batch_id, t.item, t.job_id, t.run_lease, t.outcome
-          FROM settled t
-    ), terminal AS (
-        INSERT INTO awa.done_entries (ready_slot, ready_generation, job_id, run_lease, state,
-                                      queue, priority, shard, lane_seq, attempt, errors,
-                                      progress, return_value, attempted_at)
-        SELECT t.ready_slot, 0, t.job_id, t.run_lease, t.target, t.queue, t.priority, t.shard,
-               t.lane_seq, t.claim_attempt, t.errors::jsonb, t.last_progress, t.result::json,
-               t.claimed_at
-          FROM settled t
-         WHERE t.target IN ('failed', 'cancelled')
-    ), deferred AS (
-        INSERT INTO awa.deferred_jobs (job_id, state, queue, priority, kind, args, kwargs,
-                                       metadata, tags, attempt, max_attempts, run_lease,
-                                       ordering_key, errors, progress, created_at, run_at,
-                                       attempted_at)
-        SELECT t.job_id, t.target, t.queue, t.priority, t.kind, t.args, t.kwargs, t.metadata,
-               t.tags, t.attempt, t.max_attempts, t.run_lease, t.ordering_key, t.history,
-               t.last_progress, t.created_at, COALESCE(t.run_at, clock_timestamp()),
-               t.claimed_at
-          FROM settled t
-         WHERE t.target IN ('retryable', 'scheduled')
-    ), dead AS (
-        INSERT INTO awa.dlq_entries (job_id, queue, priority, kind, args, kwargs, metadata,
-                                     tags, attempt, max_attempts, run_lease, ordering_key,
-                                     errors, progress, reason, created_at, run_at,
-                                     attempted_at)
-        SELECT t.job_id, t.queue, t.priority, t.kind, t.args, t.kwargs, t.metadata, t.tags,
-               t.claim_attempt, t.max_attempts, t.run_lease, t.ordering_key, t.history,
-               t.last_progress, COALESCE(t.reason, 'failed'), t.created_at, t.ready_run_at,
-               t.claimed_at
-          FROM settled t
-         WHERE t.target = 'dlq'
-    ), closed AS (
-        SELECT w.job_id, w.run_lease FROM won w WHERE w.target = 'completed'
-        UNION ALL
-        SELECT t.job_id, t.run_lease FROM settled t
-    ), forgotten AS (
-        -- Progress was carried into the deferred / done / DLQ row above.
-        DELETE FROM awa.attempt_state s
-         USING closed c
-         WHERE s.job_id = c.job_id AND s.run_lease = c.run_lease
-    )
-    SELECT c.job_id, c.run_lease FROM closed c;
-END
-$$;
-
--- Elements of an array at the given 1-based positions, in that order (NULL
--- stays NULL: a NULL column means "every item has the default").
-CREATE OR REPLACE FUNCTION awa.array_pick(p_values anyarray, p_positions integer[])
-RETURNS anyarray
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE WHEN p_values IS NULL THEN NULL
-                ELSE ARRAY(SELECT p_values[k.pos]
-                             FROM unnest(p_positions) WITH ORDINALITY AS k(pos, n)
-                            ORDER BY k.n) END
-$$;
 
 -- Only the receipt: is this claim item handed out and not closed?
 CREATE OR REPLACE FUNCTION awa.receipt_is_open(
@@ -447,66 +69,6 @@ LANGUAGE sql STABLE AS $$
         OR EXISTS (SELECT 1 FROM awa.leases l
                     WHERE l.job_id = p_job_id AND l.run_lease = p_run_lease
                       AND l.claim_nonce IS NOT DISTINCT FROM p_claim_nonce)
-$$;
-
--- Close with the claim nonce checked: items whose batch nonce differs from
--- the one given are dropped as stale, the rest go through
--- awa.close_attempts_unchecked.  Operator cancel closes through this.
-CREATE OR REPLACE FUNCTION awa.close_attempts_checked(
-    p_claim_slots smallint[], p_batch_ids bigint[], p_items integer[], p_job_ids bigint[],
-    p_run_leases bigint[], p_claim_nonces bigint[], p_targets text[], p_outcomes text[],
-    p_run_ats timestamptz[], p_attempts smallint[], p_errors text[], p_results text[],
-    p_reasons text[], p_progress text[])
-RETURNS TABLE (job_id bigint, run_lease bigint)
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_slots  smallint[];
-    v_ids    bigint[];
-    v_nonces bigint[];
-    v_keep   integer[];
-BEGIN
-    PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
-    -- The guard's batch lock (awa.close_attempts_unchecked takes it again, a
-    -- no-op), and the
-    -- nonces of the batches it holds.
-    SELECT array_agg(b.claim_slot), array_agg(b.batch_id), array_agg(b.claim_nonce)
-      INTO v_slots, v_ids, v_nonces
-      FROM (SELECT l.claim_slot, l.batch_id, l.claim_nonce
-              FROM awa.lease_claim_batches l
-             WHERE l.claim_slot = ANY (p_claim_slots)
-               AND (l.batch_id, l.claim_slot) IN (SELECT DISTINCT x.batch_id, x.claim_slot
-                                                    FROM unnest(p_batch_ids, p_claim_slots)
-                                                         AS x(batch_id, claim_slot))
-             ORDER BY l.batch_id
-               FOR UPDATE) b;
-
-    -- Positions whose nonce matches the batch that holds them.
-    SELECT COALESCE(array_agg(x.pos ORDER BY x.pos), '{}')
-      INTO v_keep
-      FROM unnest(p_claim_slots, p_batch_ids, p_claim_nonces) WITH ORDINALITY
-           AS x(claim_slot, batch_id, nonce, pos)
-      JOIN unnest(v_slots, v_ids, v_nonces) AS b(claim_slot, batch_id, nonce)
-        ON b.claim_slot = x.claim_slot AND b.batch_id = x.batch_id
-     WHERE b.nonce IS NOT DISTINCT FROM x.nonce;
-
-    IF cardinality(v_keep) = cardinality(p_job_ids) THEN
-        RETURN QUERY
-        SELECT * FROM awa.close_attempts_unchecked(p_claim_slots, p_batch_ids, p_items, p_job_ids,
-                                            p_run_leases, p_targets, p_outcomes, p_run_ats,
-                                            p_attempts, p_errors, p_results, p_reasons,
-                                            p_progress);
-    ELSIF cardinality(v_keep) > 0 THEN
-        RETURN QUERY
-        SELECT * FROM awa.close_attempts_unchecked(
-            awa.array_pick(p_claim_slots, v_keep), awa.array_pick(p_batch_ids, v_keep),
-            awa.array_pick(p_items, v_keep), awa.array_pick(p_job_ids, v_keep),
-            awa.array_pick(p_run_leases, v_keep), awa.array_pick(p_targets, v_keep),
-            awa.array_pick(p_outcomes, v_keep), awa.array_pick(p_run_ats, v_keep),
-            awa.array_pick(p_attempts, v_keep), awa.array_pick(p_errors, v_keep),
-            awa.array_pick(p_results, v_keep), awa.array_pick(p_reasons, v_keep),
-            awa.array_pick(p_progress, v_keep));
-    END IF;
-END
 $$;
 
 CREATE OR REPLACE FUNCTION awa.record_progress(
@@ -574,6 +136,111 @@ LANGUAGE sql IMMUTABLE AS $$
                 ELSE 'failed' END
 $$;
 
+-- An attempt a close won, as awa.write_outcomes takes it: the closure asked
+-- for (target, due time, attempt count to store, error history, result,
+-- dead-letter reason, progress) and where the attempt's job body lives (its
+-- lane keys and ready slot).  A composite type, so the receipt close and
+-- the lease close hand over one array rather than sixteen.
+DO $$
+BEGIN
+    CREATE TYPE awa.won_closure AS (
+        job_id bigint, run_lease bigint, target text, run_at timestamptz, attempt smallint,
+        errors text, result text, reason text, progress text, queue text, priority smallint,
+        shard smallint, lane_seq bigint, ready_slot smallint, claim_attempt smallint,
+        claimed_at timestamptz);
+EXCEPTION WHEN duplicate_object THEN
+    NULL;
+END
+$$;
+
+-- The rows a won closure leaves behind, for every close (receipts and
+-- leases): a narrow terminal row in the ready slot for completed (leases
+-- only: a receipt's completion is compact), failed and cancelled; a
+-- deferred_jobs row for retryable and scheduled (run_at NULL meaning now);
+-- a dead-letter row for dlq.  Each carries the job body and the progress
+-- from the ready row (the queue ring keeps it while the attempt is open),
+-- so the queue ring is read here, pruned to the slots named.  Returns the
+-- closures whose ready row was found and written for; the caller records
+-- its evidence for those only and clears their attempt_state.
+CREATE OR REPLACE FUNCTION awa.write_outcomes(p_won awa.won_closure[])
+RETURNS TABLE (job_id bigint, run_lease bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_ready_slots smallint[] := ARRAY(SELECT DISTINCT w.ready_slot FROM unnest(p_won) w);
+BEGIN
+    -- Planned with v_ready_slots as a constant: only those slots are locked.
+    PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
+    RETURN QUERY
+    WITH settled AS (
+        -- Each closure with the job body and the progress it keeps.
+        SELECT w.*, r.kind, r.args, r.kwargs, r.metadata, r.tags, r.max_attempts,
+               r.ordering_key, r.created_at, r.run_at AS ready_run_at,
+               COALESCE(w.errors::jsonb, r.errors) AS history,
+               COALESCE(w.progress::jsonb, s.progress, r.progress) AS last_progress
+          FROM unnest(p_won) w
+          JOIN awa.ready_entries r
+            ON r.ready_slot = w.ready_slot AND r.queue = w.queue AND r.priority = w.priority
+           AND r.shard = w.shard AND r.lane_seq = w.lane_seq
+           AND r.ready_slot = ANY (v_ready_slots)
+          LEFT JOIN awa.attempt_state s ON s.job_id = w.job_id AND s.run_lease = w.run_lease
+    ), terminal AS (
+        -- A completion keeps neither history nor progress.
+        INSERT INTO awa.done_entries (ready_slot, ready_generation, job_id, run_lease, state,
+                                      queue, priority, shard, lane_seq, attempt, errors,
+                                      progress, return_value, attempted_at)
+        SELECT t.ready_slot, 0, t.job_id, t.run_lease, t.target, t.queue, t.priority, t.shard,
+               t.lane_seq, t.claim_attempt,
+               CASE WHEN t.target = 'completed' THEN NULL ELSE t.history END,
+               CASE WHEN t.target = 'completed' THEN NULL ELSE t.last_progress END,
+               t.result::json, t.claimed_at
+          FROM settled t
+         WHERE t.target IN ('completed', 'failed', 'cancelled')
+    ), deferred AS (
+        INSERT INTO awa.deferred_jobs (job_id, state, queue, priority, kind, args, kwargs,
+                                       metadata, tags, attempt, max_attempts, run_lease,
+                                       ordering_key, errors, progress, created_at, run_at,
+                                       attempted_at)
+        SELECT t.job_id, t.target, t.queue, t.priority, t.kind, t.args, t.kwargs, t.metadata,
+               t.tags, t.attempt, t.max_attempts, t.run_lease, t.ordering_key, t.history,
+               t.last_progress, t.created_at, COALESCE(t.run_at, clock_timestamp()),
+               t.claimed_at
+          FROM settled t
+         WHERE t.target IN ('retryable', 'scheduled')
+    ), dead AS (
+        INSERT INTO awa.dlq_entries (job_id, queue, priority, kind, args, kwargs, metadata,
+                                     tags, attempt, max_attempts, run_lease, ordering_key,
+                                     errors, progress, reason, created_at, run_at,
+                                     attempted_at)
+        SELECT t.job_id, t.queue, t.priority, t.kind, t.args, t.kwargs, t.metadata, t.tags,
+               t.claim_attempt, t.max_attempts, t.run_lease, t.ordering_key, t.history,
+               t.last_progress, COALESCE(t.reason, 'failed'), t.created_at, t.ready_run_at,
+               t.claimed_at
+          FROM settled t
+         WHERE t.target = 'dlq'
+    )
+    SELECT t.job_id, t.run_lease FROM settled t;
+END
+$$;
+
+-- Close a batch of receipts: the worker's batched close, and the close of
+-- every other caller in the substrate (operator cancel, rescue).  Each
+-- attempt has its own target:
+--   completed                       -> compact: one closure-batch row per claim
+--                                      batch, one completion-batch row per ready slot
+--   failed / cancelled              -> explicit closure + done_entries row
+--   retryable / scheduled           -> explicit closure + deferred_jobs row
+--                                      (run_at = p_run_ats[i], NULL meaning now)
+--   dlq                             -> explicit closure + dlq_entries row
+-- (the last three through awa.write_outcomes).  Attempts are named by
+-- (claim_slot, batch_id, item) and must match their (job_id, run_lease,
+-- claim nonce).  Any array after the six key arrays may be NULL, meaning
+-- its default for every item (target 'completed', attempt 0, ...).
+-- p_attempts is the attempt count to store on a deferred row (a snooze or
+-- hand-back passes the count before this attempt, so it is not counted).
+-- p_errors is the whole error history as JSON text (NULL keeps the history
+-- on the ready row); p_progress likewise for progress.  Returns the
+-- attempts actually closed; the others were stale and nothing was written
+-- for them.
 CREATE OR REPLACE FUNCTION awa.close_attempts(
     p_claim_slots smallint[], p_batch_ids bigint[], p_items integer[], p_job_ids bigint[],
     p_run_leases bigint[], p_claim_nonces bigint[], p_targets text[], p_outcomes text[],
@@ -586,7 +253,10 @@ DECLARE
     -- planned with this short constant (planning and every row it filters
     -- then cost nothing like a 500-element list would).
     v_slots       smallint[] := ARRAY(SELECT DISTINCT s FROM unnest(p_claim_slots) AS s);
-    v_ready_slots smallint[];
+    -- All successes (the common batch) need no job body: planned as a
+    -- constant, it cuts the outcome writer (and so every read of the queue
+    -- ring) out of the plan.
+    v_compact     boolean := p_targets IS NULL OR 'completed' = ALL (p_targets);
     v_held_nonces bigint[];
 BEGIN
     -- Planned with the actual arrays, so the slot predicates prune the rings'
@@ -605,94 +275,6 @@ BEGIN
              ORDER BY l.batch_id
                FOR UPDATE) b;
 
-    IF p_targets IS NULL OR 'completed' = ALL (p_targets) THEN
-        -- All successes (the common batch): compact evidence and completion
-        -- rows only; no job body is needed, so the queue ring is not read.
-        RETURN QUERY
-        WITH input AS (
-            SELECT DISTINCT ON (i.batch_id, i.item, i.claim_slot)
-                   i.claim_slot, i.batch_id, i.item, i.job_id, i.run_lease, i.nonce, i.result
-              FROM unnest(p_claim_slots, p_batch_ids, p_items, p_job_ids, p_run_leases,
-                          p_claim_nonces, p_results)
-                   AS i(claim_slot, batch_id, item, job_id, run_lease, nonce, result)
-             -- Of two closures of one item, the one presenting a held batch's
-             -- nonce (a reverted claim's twin must not hide it; won checks it).
-             ORDER BY i.batch_id, i.item, i.claim_slot,
-                      array_position(v_held_nonces, i.nonce) IS NULL
-        ), touched AS (
-            SELECT DISTINCT i.batch_id, i.claim_slot FROM input i
-        ), held AS MATERIALIZED (
-            -- Every item of the touched batches, each array decompressed once.
-            SELECT b.claim_slot, b.batch_id, b.queue, b.claimed_at, b.claim_nonce,
-                   u.item::integer AS item, u.job_id, u.run_lease, u.attempt, u.priority,
-                   u.shard, u.lane_seq, u.ready_slot
-              FROM awa.lease_claim_batches b
-             CROSS JOIN LATERAL unnest(b.job_ids, b.run_leases, b.attempts, b.priorities,
-                                       b.shards, b.lane_seqs, b.ready_slots)
-                   WITH ORDINALITY AS u(job_id, run_lease, attempt, priority, shard, lane_seq,
-                                        ready_slot, item)
-             WHERE b.claim_slot = ANY (v_slots)
-               AND (b.batch_id, b.claim_slot) IN (SELECT t.batch_id, t.claim_slot FROM touched t)
-        ), evidence AS MATERIALIZED (
-            SELECT x.batch_id, x.claim_slot, x.item
-              FROM touched t
-              JOIN awa.lease_claim_closures x
-                ON x.batch_id = t.batch_id AND x.claim_slot = t.claim_slot
-             WHERE x.claim_slot = ANY (v_slots)
-            UNION ALL
-            SELECT y.batch_id, y.claim_slot, unnest(y.items)
-              FROM touched t
-              JOIN awa.lease_claim_closure_batches y
-                ON y.batch_id = t.batch_id AND y.claim_slot = t.claim_slot
-             WHERE y.claim_slot = ANY (v_slots)
-        ), won AS (
-            SELECT i.claim_slot, i.batch_id, i.item, i.job_id, i.run_lease, i.result,
-                   h.queue, h.priority, h.shard, h.lane_seq, h.ready_slot, h.claimed_at,
-                   h.attempt AS claim_attempt
-              FROM input i
-              JOIN held h
-                ON h.batch_id = i.batch_id AND h.claim_slot = i.claim_slot AND h.item = i.item
-              LEFT JOIN evidence e
-                ON e.batch_id = i.batch_id AND e.claim_slot = i.claim_slot AND e.item = i.item
-             WHERE h.job_id = i.job_id AND h.run_lease = i.run_lease
-               AND h.claim_nonce IS NOT DISTINCT FROM i.nonce
-               AND e.item IS NULL
-        ), compact AS (
-            INSERT INTO awa.lease_claim_closure_batches (claim_slot, batch_id, items)
-            SELECT w.claim_slot, w.batch_id, array_agg(w.item ORDER BY w.item)
-              FROM won w
-             GROUP BY w.claim_slot, w.batch_id
-        ), completions AS (
-            INSERT INTO awa.receipt_completion_batches (ready_slot, queue, attempted_at, job_ids,
-                                                        run_leases, attempts, priorities, shards,
-                                                        lane_seqs, return_values)
-            SELECT w.ready_slot, w.queue, w.claimed_at, array_agg(w.job_id ORDER BY w.item),
-                   array_agg(w.run_lease ORDER BY w.item),
-                   array_agg(w.claim_attempt ORDER BY w.item),
-                   array_agg(w.priority ORDER BY w.item), array_agg(w.shard ORDER BY w.item),
-                   array_agg(w.lane_seq ORDER BY w.item), array_agg(w.result ORDER BY w.item)
-              FROM won w
-             GROUP BY w.ready_slot, w.queue, w.batch_id, w.claimed_at
-        ), forgotten AS (
-            -- A closed attempt's mutable state goes with it (its progress
-            -- is cleared on completion).
-            DELETE FROM awa.attempt_state s
-             USING won w
-             WHERE s.job_id = w.job_id AND s.run_lease = w.run_lease
-        )
-        SELECT w.job_id, w.run_lease FROM won w;
-        RETURN;
-    END IF;
-
-    -- Mixed outcomes: the queue ring slots holding these attempts' ready rows
-    -- (their bodies are carried into deferred, done and DLQ rows).
-    SELECT array_agg(DISTINCT u.ready_slot) INTO v_ready_slots
-      FROM awa.lease_claim_batches b
-     CROSS JOIN LATERAL unnest(b.ready_slots) WITH ORDINALITY AS u(ready_slot, item)
-      JOIN unnest(p_claim_slots, p_batch_ids, p_items) AS x(claim_slot, batch_id, item)
-        ON x.batch_id = b.batch_id AND x.claim_slot = b.claim_slot AND x.item = u.item
-     WHERE b.claim_slot = ANY (v_slots);
-
     RETURN QUERY
     WITH input AS (
         SELECT DISTINCT ON (i.batch_id, i.item, i.claim_slot)
@@ -706,11 +288,14 @@ BEGIN
                       p_results, p_reasons, p_progress)
                AS i(claim_slot, batch_id, item, job_id, run_lease, nonce, target, outcome,
                     run_at, attempt, errors, result, reason, progress)
+         -- Of two closures of one item, the one presenting a held batch's
+         -- nonce (a reverted claim's twin must not hide it; won checks it).
          ORDER BY i.batch_id, i.item, i.claim_slot,
                   array_position(v_held_nonces, i.nonce) IS NULL
     ), touched AS (
         SELECT DISTINCT i.batch_id, i.claim_slot FROM input i
     ), held AS MATERIALIZED (
+        -- Every item of the touched batches, each array decompressed once.
         SELECT b.claim_slot, b.batch_id, b.queue, b.claimed_at, b.claim_nonce,
                u.item::integer AS item, u.job_id, u.run_lease, u.attempt, u.priority,
                u.shard, u.lane_seq, u.ready_slot
@@ -722,6 +307,8 @@ BEGIN
          WHERE b.claim_slot = ANY (v_slots)
            AND (b.batch_id, b.claim_slot) IN (SELECT t.batch_id, t.claim_slot FROM touched t)
     ), evidence AS MATERIALIZED (
+        -- Items of the touched claim batches that are already closed, read
+        -- once per batch rather than probed once per item.
         SELECT x.batch_id, x.claim_slot, x.item
           FROM touched t
           JOIN awa.lease_claim_closures x
@@ -765,63 +352,33 @@ BEGIN
          WHERE w.target = 'completed'
          GROUP BY w.ready_slot, w.queue, w.batch_id, w.claimed_at
     ), settled AS (
-        -- Non-success outcomes, with the job body and the progress they keep.
-        SELECT w.*, r.kind, r.args, r.kwargs, r.metadata, r.tags, r.max_attempts,
-               r.ordering_key, r.created_at, r.run_at AS ready_run_at,
-               COALESCE(w.errors::jsonb, r.errors) AS history,
-               COALESCE(w.progress::jsonb, s.progress, r.progress) AS last_progress
-          FROM won w
-          JOIN awa.ready_entries r
-            ON r.ready_slot = w.ready_slot AND r.queue = w.queue AND r.priority = w.priority
-           AND r.shard = w.shard AND r.lane_seq = w.lane_seq
-           AND r.ready_slot = ANY (v_ready_slots)
-          LEFT JOIN awa.attempt_state s ON s.job_id = w.job_id AND s.run_lease = w.run_lease
-         WHERE w.target <> 'completed'
+        -- Every other outcome: its deferred, done or DLQ row, written by the
+        -- function every close shares.
+        SELECT o.job_id, o.run_lease
+          FROM awa.write_outcomes(ARRAY(
+                   SELECT ROW(w.job_id, w.run_lease, w.target, w.run_at, w.attempt, w.errors,
+                              w.result, w.reason, w.progress, w.queue, w.priority, w.shard,
+                              w.lane_seq, w.ready_slot, w.claim_attempt,
+                              w.claimed_at)::awa.won_closure
+                     FROM won w
+                    WHERE w.target <> 'completed')) o
+         WHERE NOT v_compact
     ), explicit AS (
-        -- Evidence only for the attempts whose next row is written below: an
+        -- Evidence only for the attempts whose next row was written: an
         -- attempt whose ready row could not be found stays open (and visible
         -- to rescue) instead of being closed with nothing to show for it.
         INSERT INTO awa.lease_claim_closures (claim_slot, batch_id, item, job_id, run_lease,
                                               outcome)
-        SELECT t.claim_slot, t.batch_id, t.item, t.job_id, t.run_lease, t.outcome
-          FROM settled t
-    ), terminal AS (
-        INSERT INTO awa.done_entries (ready_slot, ready_generation, job_id, run_lease, state,
-                                      queue, priority, shard, lane_seq, attempt, errors,
-                                      progress, return_value, attempted_at)
-        SELECT t.ready_slot, 0, t.job_id, t.run_lease, t.target, t.queue, t.priority, t.shard,
-               t.lane_seq, t.claim_attempt, t.errors::jsonb, t.last_progress, t.result::json,
-               t.claimed_at
-          FROM settled t
-         WHERE t.target IN ('failed', 'cancelled')
-    ), deferred AS (
-        INSERT INTO awa.deferred_jobs (job_id, state, queue, priority, kind, args, kwargs,
-                                       metadata, tags, attempt, max_attempts, run_lease,
-                                       ordering_key, errors, progress, created_at, run_at,
-                                       attempted_at)
-        SELECT t.job_id, t.target, t.queue, t.priority, t.kind, t.args, t.kwargs, t.metadata,
-               t.tags, t.attempt, t.max_attempts, t.run_lease, t.ordering_key, t.history,
-               t.last_progress, t.created_at, COALESCE(t.run_at, clock_timestamp()),
-               t.claimed_at
-          FROM settled t
-         WHERE t.target IN ('retryable', 'scheduled')
-    ), dead AS (
-        INSERT INTO awa.dlq_entries (job_id, queue, priority, kind, args, kwargs, metadata,
-                                     tags, attempt, max_attempts, run_lease, ordering_key,
-                                     errors, progress, reason, created_at, run_at,
-                                     attempted_at)
-        SELECT t.job_id, t.queue, t.priority, t.kind, t.args, t.kwargs, t.metadata, t.tags,
-               t.claim_attempt, t.max_attempts, t.run_lease, t.ordering_key, t.history,
-               t.last_progress, COALESCE(t.reason, 'failed'), t.created_at, t.ready_run_at,
-               t.claimed_at
-          FROM settled t
-         WHERE t.target = 'dlq'
+        SELECT w.claim_slot, w.batch_id, w.item, w.job_id, w.run_lease, w.outcome
+          FROM won w
+          JOIN settled t ON t.job_id = w.job_id AND t.run_lease = w.run_lease
     ), closed AS (
         SELECT w.job_id, w.run_lease FROM won w WHERE w.target = 'completed'
         UNION ALL
         SELECT t.job_id, t.run_lease FROM settled t
     ), forgotten AS (
-        -- Progress was carried into the deferred / done / DLQ row above.
+        -- A closed attempt's mutable state goes with it: progress is cleared
+        -- on completion and was carried into the other outcomes' rows.
         DELETE FROM awa.attempt_state s
          USING closed c
          WHERE s.job_id = c.job_id AND s.run_lease = c.run_lease

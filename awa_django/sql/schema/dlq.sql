@@ -9,8 +9,8 @@
 -- other and the caller loops batch by batch.
 --
 -- awa.move_failed_to_dlq moves a failed job's terminal row to the DLQ: the
--- row is superseded (awa.done_supersessions) and its snapshot written to
--- dlq_entries, under the queue ring's shared lock like awa.retry_job.
+-- row is superseded (awa.supersede_terminal, as awa.retry_job does) and its
+-- snapshot written to dlq_entries.
 
 -- Move DLQ rows back into the queue, due now; p_queue / p_priority (NULL:
 -- unchanged) send them elsewhere.  Returns the ids moved.
@@ -57,35 +57,18 @@ CREATE OR REPLACE FUNCTION awa.move_failed_to_dlq(p_job_id bigint, p_reason text
 RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_done  record;
-    v_state text;
+    v_done awa.terminal_jobs := awa.supersede_terminal(p_job_id, ARRAY['failed'], p_reason);
 BEGIN
-    PERFORM pg_advisory_xact_lock_shared(awa.ring_lock_key('queue'));
-    SELECT t.* INTO v_done
-      FROM awa.terminal_jobs t
-     WHERE t.id = p_job_id AND t.state = 'failed'
-     ORDER BY t.finalized_at DESC
-     LIMIT 1;
-    IF FOUND THEN
-        INSERT INTO awa.done_supersessions (job_id, run_lease, finalized_at, ready_slot, reason)
-        VALUES (p_job_id, v_done.run_lease, v_done.finalized_at, v_done.ready_slot, p_reason)
-        ON CONFLICT DO NOTHING;
-        IF FOUND THEN
-            INSERT INTO awa.dlq_entries (job_id, queue, priority, kind, args, kwargs, metadata,
-                                         tags, attempt, max_attempts, run_lease, ordering_key,
-                                         errors, progress, reason, created_at, run_at,
-                                         attempted_at)
-            VALUES (p_job_id, v_done.queue, v_done.priority, v_done.kind, v_done.args,
-                    v_done.kwargs, v_done.metadata, v_done.tags, v_done.attempt,
-                    v_done.max_attempts, v_done.run_lease,
-                    (SELECT r.ordering_key FROM awa.ready_entries r
-                      WHERE r.job_id = p_job_id ORDER BY r.run_lease DESC LIMIT 1),
-                    v_done.errors, v_done.progress, p_reason, v_done.created_at, v_done.run_at,
-                    v_done.attempted_at);
-            RETURN 'moved';
-        END IF;
+    IF v_done.id IS NULL THEN
+        RETURN awa.already_state(p_job_id);
     END IF;
-    SELECT j.state INTO v_state FROM awa.jobs j WHERE j.id = p_job_id;
-    RETURN 'already_' || v_state;
+    INSERT INTO awa.dlq_entries (job_id, queue, priority, kind, args, kwargs, metadata, tags,
+                                 attempt, max_attempts, run_lease, ordering_key, errors,
+                                 progress, reason, created_at, run_at, attempted_at)
+    VALUES (p_job_id, v_done.queue, v_done.priority, v_done.kind, v_done.args, v_done.kwargs,
+            v_done.metadata, v_done.tags, v_done.attempt, v_done.max_attempts,
+            v_done.run_lease, awa.job_ordering_key(p_job_id), v_done.errors, v_done.progress,
+            p_reason, v_done.created_at, v_done.run_at, v_done.attempted_at);
+    RETURN 'moved';
 END
 $$;

@@ -99,9 +99,10 @@ BEGIN
 END
 $$;
 
--- Close leased attempts; same closure arrays as awa.close_attempts_checked minus
--- the receipt locators (a lease is found by its attempt: the lease ring
--- may have rotated since the claim).  Returns the attempts closed; a
+-- Close leased attempts; the closure arrays of awa.close_attempts minus the
+-- receipt locators (a lease is found by its attempt: the lease ring may
+-- have rotated since the claim).  Every target, completed included, leaves
+-- its row through awa.write_outcomes.  Returns the attempts closed; a
 -- closure missing from the result was stale.
 CREATE OR REPLACE FUNCTION awa.close_leases(
     p_job_ids bigint[], p_run_leases bigint[], p_claim_nonces bigint[], p_targets text[],
@@ -109,76 +110,36 @@ CREATE OR REPLACE FUNCTION awa.close_leases(
     p_results text[], p_reasons text[], p_progress text[])
 RETURNS TABLE (job_id bigint, run_lease bigint)
 LANGUAGE plpgsql AS $$
+DECLARE
+    v_won awa.won_closure[];
 BEGIN
-    RETURN QUERY
+    -- The guard: the lease row goes; a second closer finds nothing.
     WITH input AS (
         SELECT DISTINCT ON (i.job_id, i.run_lease)
                i.job_id, i.run_lease, i.claim_nonce,
                COALESCE(i.target, 'completed') AS target, i.run_at,
-               COALESCE(i.attempt, 0)::smallint AS next_attempt, i.errors, i.result, i.reason,
+               COALESCE(i.attempt, 0)::smallint AS attempt, i.errors, i.result, i.reason,
                i.progress
           FROM unnest(p_job_ids, p_run_leases, p_claim_nonces, p_targets, p_run_ats,
                       p_attempts, p_errors, p_results, p_reasons, p_progress)
                AS i(job_id, run_lease, claim_nonce, target, run_at, attempt, errors, result,
                     reason, progress)
     ), won AS (
-        -- The guard: the lease row goes; a second closer finds nothing.
         DELETE FROM awa.leases l
          USING input i
          WHERE l.job_id = i.job_id AND l.run_lease = i.run_lease
            AND l.claim_nonce IS NOT DISTINCT FROM i.claim_nonce
-        RETURNING i.*, l.queue, l.priority, l.shard, l.lane_seq, l.ready_slot,
-                  l.attempt AS claim_attempt, l.claimed_at
-    ), settled AS (
-        SELECT w.*, r.kind, r.args, r.kwargs, r.metadata, r.tags, r.max_attempts,
-               r.ordering_key, r.created_at, r.run_at AS ready_run_at,
-               COALESCE(w.errors::jsonb, r.errors) AS history,
-               COALESCE(w.progress::jsonb, s.progress, r.progress) AS last_progress
-          FROM won w
-          JOIN awa.ready_entries r
-            ON r.ready_slot = w.ready_slot AND r.queue = w.queue AND r.priority = w.priority
-           AND r.shard = w.shard AND r.lane_seq = w.lane_seq
-          LEFT JOIN awa.attempt_state s ON s.job_id = w.job_id AND s.run_lease = w.run_lease
-    ), terminal AS (
-        -- Narrow rows in the ready slot; a completion keeps no progress.
-        INSERT INTO awa.done_entries (ready_slot, ready_generation, job_id, run_lease, state,
-                                      queue, priority, shard, lane_seq, attempt, errors,
-                                      progress, return_value, attempted_at)
-        SELECT t.ready_slot, 0, t.job_id, t.run_lease, t.target, t.queue, t.priority, t.shard,
-               t.lane_seq, t.claim_attempt,
-               CASE WHEN t.target = 'completed' THEN NULL ELSE t.history END,
-               CASE WHEN t.target = 'completed' THEN NULL ELSE t.last_progress END,
-               t.result::json, t.claimed_at
-          FROM settled t
-         WHERE t.target IN ('completed', 'failed', 'cancelled')
-    ), deferred AS (
-        INSERT INTO awa.deferred_jobs (job_id, state, queue, priority, kind, args, kwargs,
-                                       metadata, tags, attempt, max_attempts, run_lease,
-                                       ordering_key, errors, progress, created_at, run_at,
-                                       attempted_at)
-        SELECT t.job_id, t.target, t.queue, t.priority, t.kind, t.args, t.kwargs, t.metadata,
-               t.tags, t.next_attempt, t.max_attempts, t.run_lease, t.ordering_key, t.history,
-               t.last_progress, t.created_at, COALESCE(t.run_at, clock_timestamp()),
-               t.claimed_at
-          FROM settled t
-         WHERE t.target IN ('retryable', 'scheduled')
-    ), dead AS (
-        INSERT INTO awa.dlq_entries (job_id, queue, priority, kind, args, kwargs, metadata,
-                                     tags, attempt, max_attempts, run_lease, ordering_key,
-                                     errors, progress, reason, created_at, run_at,
-                                     attempted_at)
-        SELECT t.job_id, t.queue, t.priority, t.kind, t.args, t.kwargs, t.metadata, t.tags,
-               t.claim_attempt, t.max_attempts, t.run_lease, t.ordering_key, t.history,
-               t.last_progress, COALESCE(t.reason, 'failed'), t.created_at, t.ready_run_at,
-               t.claimed_at
-          FROM settled t
-         WHERE t.target = 'dlq'
-    ), forgotten AS (
-        DELETE FROM awa.attempt_state s
-         USING won w
-         WHERE s.job_id = w.job_id AND s.run_lease = w.run_lease
+        RETURNING ROW(i.job_id, i.run_lease, i.target, i.run_at, i.attempt, i.errors, i.result,
+                      i.reason, i.progress, l.queue, l.priority, l.shard, l.lane_seq,
+                      l.ready_slot, l.attempt, l.claimed_at)::awa.won_closure AS closure
     )
-    SELECT w.job_id, w.run_lease FROM won w;
+    SELECT COALESCE(array_agg(w.closure), '{}') INTO v_won FROM won w;
+
+    PERFORM count(*) FROM awa.write_outcomes(v_won);
+    DELETE FROM awa.attempt_state s
+     USING unnest(v_won) w
+     WHERE s.job_id = w.job_id AND s.run_lease = w.run_lease;
+    RETURN QUERY SELECT w.job_id, w.run_lease FROM unnest(v_won) w;
 END
 $$;
 

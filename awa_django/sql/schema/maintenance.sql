@@ -268,7 +268,7 @@ DECLARE
 BEGIN
     WITH batches AS MATERIALIZED (
         SELECT b.claim_slot, b.batch_id, b.queue, b.job_ids, b.run_leases, b.attempts,
-               b.priorities, b.shards, b.lane_seqs, b.ready_slots
+               b.priorities, b.shards, b.lane_seqs, b.ready_slots, b.claim_nonce
           FROM awa.lease_claim_batches b
          WHERE CASE p_reason
                  WHEN 'deadline_expired' THEN b.deadline_at < clock_timestamp()
@@ -287,7 +287,7 @@ BEGIN
                < cardinality(b.job_ids)
     ), candidates AS MATERIALIZED (
         SELECT b.claim_slot, b.batch_id, i.item::integer AS item, i.job_id, i.run_lease,
-               i.attempt, b.queue, i.priority, i.shard, i.lane_seq, i.ready_slot
+               b.claim_nonce, i.attempt, b.queue, i.priority, i.shard, i.lane_seq, i.ready_slot
           FROM batches b
          CROSS JOIN LATERAL unnest(b.job_ids, b.run_leases, b.attempts, b.priorities,
                                    b.shards, b.lane_seqs, b.ready_slots)
@@ -301,7 +301,8 @@ BEGIN
                               AND i.item = ANY (y.items))
          LIMIT p_limit
     ), routed AS (
-        SELECT c.claim_slot, c.batch_id, c.item, c.job_id, c.run_lease, c.attempt,
+        SELECT c.claim_slot, c.batch_id, c.item, c.job_id, c.run_lease, c.claim_nonce,
+               c.attempt,
                CASE WHEN c.attempt < r.max_attempts THEN 'retryable'
                     WHEN c.queue = ANY (p_dlq_on)
                       OR (p_dlq_default AND NOT c.queue = ANY (p_dlq_off)) THEN 'dlq'
@@ -322,10 +323,11 @@ BEGIN
         SELECT * FROM routed ORDER BY batch_id, item
     )
     SELECT count(*) INTO v_rescued
-      FROM awa.close_rescued_attempts(
+      FROM awa.close_attempts(
           ARRAY(SELECT claim_slot FROM ordered), ARRAY(SELECT batch_id FROM ordered),
           ARRAY(SELECT item FROM ordered), ARRAY(SELECT job_id FROM ordered),
-          ARRAY(SELECT run_lease FROM ordered), ARRAY(SELECT target FROM ordered),
+          ARRAY(SELECT run_lease FROM ordered), ARRAY(SELECT claim_nonce FROM ordered),
+          ARRAY(SELECT target FROM ordered),
           ARRAY(SELECT p_reason FROM ordered), ARRAY(SELECT clock_timestamp() FROM ordered),
           ARRAY(SELECT attempt FROM ordered), ARRAY(SELECT history FROM ordered),
           ARRAY(SELECT NULL::text FROM ordered), ARRAY(SELECT p_reason FROM ordered),

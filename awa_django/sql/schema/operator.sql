@@ -4,17 +4,105 @@
 -- available job writes a ready tombstone and a terminal row; a claimed job
 -- is closed through the same closes the workers use (so a worker that
 -- still runs it learns its attempt is stale); a deferred, dead-lettered or
--- held job is removed from its hold table.  awa.cancel_job first looks at
--- the jobs held for a concurrency slot, then hands everything else to
--- awa.cancel_ring_job; awa.drain_queue likewise drains the queue's
--- available and scheduled jobs (awa.drain_ring_queue) and then its held
--- ones.  Both lock the claim heads of the lanes they touch, so a claim
--- skips such a lane for that moment.
+-- held job is removed from its hold table (awa.cancel_backlog, which
+-- awa.cancel_job and awa.drain_queue share).  Both lock the claim heads of
+-- the lanes they touch, so a claim skips such a lane for that moment.
 --
 -- awa.retry_job runs a failed or cancelled job again under the same id.
--- The terminal row it leaves behind is listed in awa.done_supersessions,
+-- The terminal row it leaves behind is listed in awa.done_supersessions
+-- (awa.supersede_terminal, shared with the DLQ's awa.move_failed_to_dlq),
 -- which the views and prune's fold honour; the queue ring's shared lock
 -- keeps a prune from folding a slot while one of its rows is superseded.
+
+-- Cancel backlog rows: scheduled or waiting for a retry (deferred_jobs), or
+-- held for a concurrency slot (concurrency_waiting), of one job (p_job_id)
+-- or of a whole queue (p_queue), the other argument NULL.  No ready row
+-- holds their body, so each becomes a self-contained terminal row in the
+-- queue ring's current slot.  Returns how many were cancelled.
+CREATE OR REPLACE FUNCTION awa.cancel_backlog(p_job_id bigint, p_queue text, p_reason text)
+RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_cursor    record;
+    v_cancelled bigint;
+BEGIN
+    -- Planned with the actual values: the NULL filter drops out of each
+    -- OR, leaving one index scan per table.
+    PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
+    SELECT * INTO v_cursor FROM awa.queue_ring_cursor();
+    WITH deferred AS (
+        DELETE FROM awa.deferred_jobs d WHERE d.job_id = p_job_id OR d.queue = p_queue
+        RETURNING d.job_id, d.run_lease, d.queue, d.priority, d.attempt, d.errors, d.progress,
+                  d.attempted_at, d.kind, d.args, d.kwargs, d.metadata, d.tags,
+                  d.max_attempts, d.created_at, d.run_at
+    ), held AS (
+        DELETE FROM awa.concurrency_waiting w WHERE w.job_id = p_job_id OR w.queue = p_queue
+        RETURNING w.job_id, w.run_lease, w.queue, w.priority, w.attempt, w.errors, w.progress,
+                  NULL::timestamptz AS attempted_at, w.kind, w.args, w.kwargs, w.metadata,
+                  w.tags, w.max_attempts, w.created_at, w.run_at
+    )
+    INSERT INTO awa.done_entries (ready_slot, ready_generation, job_id, run_lease, state,
+                                  queue, priority, attempt, errors, progress,
+                                  attempted_at, kind, args, kwargs, metadata, tags,
+                                  max_attempts, created_at, run_at)
+    SELECT v_cursor.slot, v_cursor.generation, g.job_id, g.run_lease, 'cancelled', g.queue,
+           g.priority, g.attempt,
+           awa.error_entry(g.errors, g.attempt, 'awa_django.cancelled', p_reason)::jsonb,
+           g.progress, g.attempted_at, g.kind, g.args, g.kwargs, g.metadata, g.tags,
+           g.max_attempts, g.created_at, g.run_at
+      FROM (TABLE deferred UNION ALL TABLE held) g;
+    GET DIAGNOSTICS v_cancelled = ROW_COUNT;
+    RETURN v_cancelled;
+END
+$$;
+
+-- What an operator action answers for a job it left as it was:
+-- 'already_<state>', or NULL for an unknown id.
+CREATE OR REPLACE FUNCTION awa.already_state(p_job_id bigint)
+RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT 'already_' || j.state FROM awa.jobs j WHERE j.id = p_job_id
+$$;
+
+-- The newest terminal row of a job in one of p_states, now listed in
+-- awa.done_supersessions for p_reason (the views and prune's fold pass
+-- over it); NULL when the job has no such row or another transaction
+-- superseded it first.  Holds the queue ring's lock shared, so a prune
+-- never folds a slot while one of its rows is being superseded.  Running
+-- a job again (awa.retry_job) and moving it to the DLQ
+-- (awa.move_failed_to_dlq) both start here.
+CREATE OR REPLACE FUNCTION awa.supersede_terminal(
+    p_job_id bigint, p_states text[], p_reason text)
+RETURNS awa.terminal_jobs
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_done awa.terminal_jobs;
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(awa.ring_lock_key('queue'));
+    SELECT t.* INTO v_done
+      FROM awa.terminal_jobs t
+     WHERE t.id = p_job_id AND t.state = ANY (p_states)
+     ORDER BY t.finalized_at DESC
+     LIMIT 1;
+    IF FOUND THEN
+        INSERT INTO awa.done_supersessions (job_id, run_lease, finalized_at, ready_slot, reason)
+        VALUES (p_job_id, v_done.run_lease, v_done.finalized_at, v_done.ready_slot, p_reason)
+        ON CONFLICT DO NOTHING;
+        IF FOUND THEN
+            RETURN v_done;
+        END IF;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- The ordering key a job was enqueued with (its newest ready row).
+CREATE OR REPLACE FUNCTION awa.job_ordering_key(p_job_id bigint)
+RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT r.ordering_key FROM awa.ready_entries r
+     WHERE r.job_id = p_job_id ORDER BY r.run_lease DESC LIMIT 1
+$$;
 
 -- Cancel a job in whatever live state it is.  Returns 'cancelled', or
 -- 'already_<state>' when it had finished ('already_completed', ...:
@@ -22,32 +110,17 @@
 -- running attempt is closed at once and its worker is told over NOTIFY
 -- (channel awa!cancel, payload "job_id:run_lease"); the heartbeat's
 -- closed-attempt check is the fallback.
-CREATE OR REPLACE FUNCTION awa.cancel_ring_job(p_job_id bigint, p_reason text)
+CREATE OR REPLACE FUNCTION awa.cancel_job(p_job_id bigint, p_reason text)
 RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_row     awa.deferred_jobs;
     v_ready   record;
     v_receipt record;
     v_lease   record;
-    v_cursor  record;
-    v_state   text;
     v_errors  text;
 BEGIN
-    -- Scheduled or waiting for a retry: a plain backlog row.
-    DELETE FROM awa.deferred_jobs d WHERE d.job_id = p_job_id RETURNING d.* INTO v_row;
-    IF FOUND THEN
-        SELECT * INTO v_cursor FROM awa.queue_ring_cursor();
-        INSERT INTO awa.done_entries (ready_slot, ready_generation, job_id, run_lease, state,
-                                      queue, priority, attempt, errors, progress,
-                                      attempted_at, kind, args, kwargs, metadata, tags,
-                                      max_attempts, created_at, run_at)
-        VALUES (v_cursor.slot, v_cursor.generation, v_row.job_id, v_row.run_lease, 'cancelled',
-                v_row.queue, v_row.priority, v_row.attempt,
-                awa.error_entry(v_row.errors, v_row.attempt, 'awa_django.cancelled',
-                                p_reason)::jsonb,
-                v_row.progress, v_row.attempted_at, v_row.kind, v_row.args, v_row.kwargs,
-                v_row.metadata, v_row.tags, v_row.max_attempts, v_row.created_at, v_row.run_at);
+    -- Held for a concurrency slot, scheduled, or waiting for a retry.
+    IF awa.cancel_backlog(p_job_id, NULL, p_reason) > 0 THEN
         RETURN 'cancelled';
     END IF;
 
@@ -100,7 +173,7 @@ BEGIN
     IF FOUND THEN
         v_errors := awa.error_entry(v_receipt.errors, v_receipt.attempt, 'awa_django.cancelled',
                                     p_reason);
-        PERFORM awa.close_attempts_checked(
+        PERFORM awa.close_attempts(
             ARRAY[v_receipt.claim_slot], ARRAY[v_receipt.batch_id], ARRAY[v_receipt.item],
             ARRAY[v_receipt.job_id], ARRAY[v_receipt.run_lease], ARRAY[v_receipt.claim_nonce],
             ARRAY['cancelled'], ARRAY['cancelled'], ARRAY[NULL::timestamptz],
@@ -143,8 +216,7 @@ BEGIN
         RETURN 'cancelled';
     END IF;
 
-    SELECT j.state INTO v_state FROM awa.jobs j WHERE j.id = p_job_id;
-    RETURN 'already_' || v_state;
+    RETURN awa.already_state(p_job_id);
 END
 $$;
 
@@ -157,36 +229,21 @@ CREATE OR REPLACE FUNCTION awa.retry_job(p_job_id bigint, p_reason text)
 RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_done  record;
-    v_state text;
+    v_done awa.terminal_jobs := awa.supersede_terminal(p_job_id, ARRAY['failed', 'cancelled'],
+                                                       p_reason);
 BEGIN
-    PERFORM pg_advisory_xact_lock_shared(awa.ring_lock_key('queue'));
-    SELECT t.* INTO v_done
-      FROM awa.terminal_jobs t
-     WHERE t.id = p_job_id AND t.state IN ('failed', 'cancelled')
-     ORDER BY t.finalized_at DESC
-     LIMIT 1;
-    IF FOUND THEN
-        INSERT INTO awa.done_supersessions (job_id, run_lease, finalized_at, ready_slot, reason)
-        VALUES (p_job_id, v_done.run_lease, v_done.finalized_at, v_done.ready_slot, p_reason)
-        ON CONFLICT DO NOTHING;
-        IF FOUND THEN
-            INSERT INTO awa.deferred_jobs (job_id, state, queue, priority, kind, args, kwargs,
-                                           metadata, tags, attempt, max_attempts, run_lease,
-                                           ordering_key, errors, progress, created_at, run_at,
-                                           attempted_at)
-            VALUES (p_job_id, 'retryable', v_done.queue, v_done.priority, v_done.kind,
-                    v_done.args, v_done.kwargs, v_done.metadata, v_done.tags, 0,
-                    v_done.max_attempts, v_done.run_lease,
-                    (SELECT r.ordering_key FROM awa.ready_entries r
-                      WHERE r.job_id = p_job_id ORDER BY r.run_lease DESC LIMIT 1),
-                    v_done.errors, v_done.progress, v_done.created_at, clock_timestamp(),
-                    v_done.attempted_at);
-            RETURN 'retried';
-        END IF;
+    IF v_done.id IS NULL THEN
+        RETURN awa.already_state(p_job_id);
     END IF;
-    SELECT j.state INTO v_state FROM awa.jobs j WHERE j.id = p_job_id;
-    RETURN 'already_' || v_state;
+    INSERT INTO awa.deferred_jobs (job_id, state, queue, priority, kind, args, kwargs,
+                                   metadata, tags, attempt, max_attempts, run_lease,
+                                   ordering_key, errors, progress, created_at, run_at,
+                                   attempted_at)
+    VALUES (p_job_id, 'retryable', v_done.queue, v_done.priority, v_done.kind, v_done.args,
+            v_done.kwargs, v_done.metadata, v_done.tags, 0, v_done.max_attempts,
+            v_done.run_lease, awa.job_ordering_key(p_job_id), v_done.errors, v_done.progress,
+            v_done.created_at, clock_timestamp(), v_done.attempted_at);
+    RETURN 'retried';
 END
 $$;
 
@@ -194,17 +251,15 @@ $$;
 -- Queue control
 -- ---------------------------------------------------------------------------
 
--- Cancel every available and scheduled (or retry-waiting) job of a queue;
+-- Cancel every available, scheduled, retry-waiting and held job of a queue;
 -- running and waiting attempts finish as they would.  Returns how many were
 -- cancelled.  The queue's claim heads are locked for the moment it takes,
 -- so no claim can pass a row while it is being tombstoned.
-CREATE OR REPLACE FUNCTION awa.drain_ring_queue(p_queue text, p_reason text)
+CREATE OR REPLACE FUNCTION awa.drain_queue(p_queue text, p_reason text)
 RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_cursor   record;
-    v_ready    bigint;
-    v_deferred bigint;
+    v_ready bigint;
 BEGIN
     PERFORM 1 FROM awa.queue_claim_heads h WHERE h.queue = p_queue
       ORDER BY h.priority, h.shard FOR UPDATE;
@@ -237,77 +292,7 @@ BEGIN
       FROM live l;
     GET DIAGNOSTICS v_ready = ROW_COUNT;
 
-    SELECT * INTO v_cursor FROM awa.queue_ring_cursor();
-    WITH gone AS (
-        DELETE FROM awa.deferred_jobs d WHERE d.queue = p_queue RETURNING d.*)
-    INSERT INTO awa.done_entries (ready_slot, ready_generation, job_id, run_lease, state,
-                                  queue, priority, attempt, errors, progress,
-                                  attempted_at, kind, args, kwargs, metadata, tags,
-                                  max_attempts, created_at, run_at)
-    SELECT v_cursor.slot, v_cursor.generation, g.job_id, g.run_lease, 'cancelled', g.queue,
-           g.priority, g.attempt,
-           awa.error_entry(g.errors, g.attempt, 'awa_django.cancelled', p_reason)::jsonb,
-           g.progress, g.attempted_at, g.kind, g.args, g.kwargs, g.metadata, g.tags,
-           g.max_attempts, g.created_at, g.run_at
-      FROM gone g;
-    GET DIAGNOSTICS v_deferred = ROW_COUNT;
-    RETURN v_ready + v_deferred;
-END
-$$;
-
--- awa.cancel_ring_job, for held jobs too: a held job is a backlog row, cancelled
--- like a deferred one (a self-contained terminal row in the current slot).
-CREATE OR REPLACE FUNCTION awa.cancel_job(p_job_id bigint, p_reason text)
-RETURNS text
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_row    awa.concurrency_waiting;
-    v_cursor record;
-BEGIN
-    DELETE FROM awa.concurrency_waiting w WHERE w.job_id = p_job_id RETURNING w.* INTO v_row;
-    IF NOT FOUND THEN
-        RETURN awa.cancel_ring_job(p_job_id, p_reason);
-    END IF;
-    SELECT * INTO v_cursor FROM awa.queue_ring_cursor();
-    INSERT INTO awa.done_entries (ready_slot, ready_generation, job_id, run_lease, state,
-                                  queue, priority, attempt, errors, progress,
-                                  attempted_at, kind, args, kwargs, metadata, tags,
-                                  max_attempts, created_at, run_at)
-    VALUES (v_cursor.slot, v_cursor.generation, v_row.job_id, v_row.run_lease, 'cancelled',
-            v_row.queue, v_row.priority, v_row.attempt,
-            awa.error_entry(v_row.errors, v_row.attempt, 'awa_django.cancelled',
-                            p_reason)::jsonb,
-            v_row.progress, NULL, v_row.kind, v_row.args, v_row.kwargs,
-            v_row.metadata, v_row.tags, v_row.max_attempts, v_row.created_at, v_row.run_at);
-    RETURN 'cancelled';
-END
-$$;
-
--- awa.drain_ring_queue, plus the queue's held jobs, cancelled as
--- awa.cancel_job cancels one.
-CREATE OR REPLACE FUNCTION awa.drain_queue(p_queue text, p_reason text)
-RETURNS bigint
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_drained bigint;
-    v_held    bigint;
-    v_cursor  record;
-BEGIN
-    v_drained := awa.drain_ring_queue(p_queue, p_reason);
-    SELECT * INTO v_cursor FROM awa.queue_ring_cursor();
-    WITH gone AS (
-        DELETE FROM awa.concurrency_waiting w WHERE w.queue = p_queue RETURNING w.*)
-    INSERT INTO awa.done_entries (ready_slot, ready_generation, job_id, run_lease, state,
-                                  queue, priority, attempt, errors, progress,
-                                  attempted_at, kind, args, kwargs, metadata, tags,
-                                  max_attempts, created_at, run_at)
-    SELECT v_cursor.slot, v_cursor.generation, g.job_id, g.run_lease, 'cancelled',
-           g.queue, g.priority, g.attempt,
-           awa.error_entry(g.errors, g.attempt, 'awa_django.cancelled', p_reason)::jsonb,
-           g.progress, NULL, g.kind, g.args, g.kwargs, g.metadata, g.tags, g.max_attempts,
-           g.created_at, g.run_at
-      FROM gone g;
-    GET DIAGNOSTICS v_held = ROW_COUNT;
-    RETURN v_drained + v_held;
+    -- Then its scheduled, retry-waiting and held jobs.
+    RETURN v_ready + awa.cancel_backlog(NULL, p_queue, p_reason);
 END
 $$;

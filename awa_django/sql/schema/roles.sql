@@ -176,17 +176,19 @@ BEGIN
               USING ERRCODE = 'invalid_parameter_value';
     END IF;
 
-    -- Ownership.  Sequences that belong to a column move with their table.
+    -- Ownership (the close's composite type too: it has a pg_class row).
+    -- Sequences that belong to a column move with their table.
     IF (SELECT n.nspowner FROM pg_namespace n WHERE n.nspname = 'awa') <> v_owner THEN
         EXECUTE format('ALTER SCHEMA awa OWNER TO %I', p_owner);
     END IF;
     FOR v_object IN
         SELECT c.oid::regclass::text AS name,
                CASE c.relkind WHEN 'S' THEN 'SEQUENCE' WHEN 'v' THEN 'VIEW'
-                              WHEN 'm' THEN 'MATERIALIZED VIEW' ELSE 'TABLE' END AS kind
+                              WHEN 'm' THEN 'MATERIALIZED VIEW' WHEN 'c' THEN 'TYPE'
+                              ELSE 'TABLE' END AS kind
           FROM pg_class c
          WHERE c.relnamespace = 'awa'::regnamespace AND c.relowner <> v_owner
-           AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
+           AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'c')
            AND NOT (c.relkind = 'S' AND EXISTS (
                    SELECT 1 FROM pg_depend d
                     WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid
