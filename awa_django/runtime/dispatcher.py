@@ -63,7 +63,7 @@ from .atomic import Settled
 from .closing import ClaimBatch, Closer, _ThreadAttempt
 from .completer import Completer
 from .config import QueuePolicy
-from .executor import Executor, context_for, definition_for
+from .executor import Executor, MustWait, context_for, definition_for
 from .leases import LeaseHub
 from .pacing import TokenBucket, WakeupBackoff, fleet_rate, local_rate
 from .permits import Permits, SharedPermits
@@ -445,34 +445,29 @@ class Dispatcher(Closer):
     def _thread_finished(
         self, attempt: _ThreadAttempt, value: Any, error: BaseException | None
     ) -> None:
-        """On the loop: a handler thread's result.  Its closure joins the
-        others that came back in the same bunch, closed together (see
-        :meth:`_flush_threads`); one that has to wait (a callback to park
-        on) carries on in a task."""
+        """On the loop: a handler thread's result.  Its closure, made at once
+        (no coroutine, no task), joins the others that came back in the same
+        bunch, closed together (see :meth:`_flush_threads`); one that has to
+        wait (a callback to park on) carries on in a task."""
         job, ctx, batch = attempt.job, attempt.ctx, attempt.batch
+        executor, definition, dlq = self._executor, attempt.definition, self.policy.dlq
         try:
-            done, value = eager.start(
-                self._executor.finish_thread(
-                    attempt.definition, job, ctx, value, error, dlq=self.policy.dlq
-                )
-            )
+            closure = executor.finish_thread_at_once(definition, job, ctx, value, error, dlq=dlq)
         except BaseException:
             log.exception("job %s (%s): could not record its outcome", job.job_id, job.kind)
             self._forget(job, batch)
             attempt.settle()
             return
-        if not done:
-            rest = cast("Awaitable[Closure | Settled | None]", value)
+        if closure is MustWait:
+            # A callback to park on, or a registration still settling: that
+            # waits on the database, in a task of its own.
+            rest = executor.finish_thread(definition, job, ctx, value, error, dlq=dlq)
             task = asyncio.get_running_loop().create_task(
                 self._finish(job, ctx, batch, rest, attempt.began)
             )
             self.inflight[(job.job_id, job.run_lease, job.claim_nonce)] = (job, ctx, task)
             attempt.settle()
-        elif type(value) is Closure:
-            if not self._from_threads:
-                asyncio.get_running_loop().call_soon(self._flush_threads)
-            self._from_threads.append((attempt, value))
-        else:
-            self._record(job, cast("Settled | None", value), attempt.began)
-            self._forget(job, batch)
-            attempt.settle()
+            return
+        if not self._from_threads:
+            asyncio.get_running_loop().call_soon(self._flush_threads)
+        self._from_threads.append((attempt, cast("Closure", closure)))

@@ -122,6 +122,29 @@ class Executor:
         log.debug("job %s (%s) attempt %s starting", job.job_id, job.kind, job.attempt)
         self._threads.submit_to(result, _on_handler_thread, call_handler, definition, ctx, job)
 
+    def finish_thread_at_once(
+        self,
+        definition: Job[..., Any],
+        job: ClaimedJob,
+        ctx: JobContext,
+        value: Any,
+        error: BaseException | None,
+        *,
+        dlq: bool,
+    ) -> Closure | type[MustWait]:
+        """The closure of an attempt :meth:`start_on_thread` ran, when it
+        needs nothing awaited -- nearly every one: no coroutine, no task,
+        the loop closes it with those that came back with it.  Returns
+        :class:`MustWait` when it parked on a callback or a registration is
+        still settling: then :meth:`finish_thread` it in a task."""
+        lease = ctx._control
+        if isinstance(error, WaitForCallback) or (
+            isinstance(lease, AttemptLease) and lease.pending
+        ):
+            return MustWait
+        closure = self._closure_of(job, value, error, definition.dlq_for(job.metadata, dlq))
+        return _with_lease(with_progress(closure, ctx), lease)
+
     async def finish_thread(
         self,
         definition: Job[..., Any],
@@ -137,16 +160,20 @@ class Executor:
         for a callback to park on or a registration to settle."""
         dlq = definition.dlq_for(job.metadata, dlq)
         closure: Closure | None
+        if isinstance(error, WaitForCallback):
+            closure = await self._park(job, ctx, dlq=dlq)
+        else:
+            closure = self._closure_of(job, value, error, dlq)
+        return cast("Closure | None", await self._after(job, ctx, closure))
+
+    @staticmethod
+    def _closure_of(job: ClaimedJob, value: Any, error: BaseException | None, dlq: bool) -> Closure:
         if error is None:
             log.debug("job %s (%s) attempt %s completed", job.job_id, job.kind, job.attempt)
-            closure = completed(job, value)
-        elif isinstance(error, WaitForCallback):
-            closure = await self._park(job, ctx, dlq=dlq)
-        elif isinstance(error, Exception):
-            closure = raised(job, error, dlq=dlq)
-        else:
-            raise error
-        return cast("Closure | None", await self._after(job, ctx, closure))
+            return completed(job, value)
+        if isinstance(error, Exception):
+            return raised(job, error, dlq=dlq)
+        raise error
 
     @staticmethod
     async def _after(
@@ -158,15 +185,12 @@ class Executor:
             return closure
         closure = with_progress(closure, ctx)
         lease = ctx._control
-        if isinstance(lease, AttemptLease):
-            if lease.pending:
-                # A registration an async handler started without awaiting it
-                # decides which path closes the attempt: wait for it.
-                with contextlib.suppress(Cancel):
-                    await lease.settled()
-            if lease.leased:
-                closure = replace(closure, leased=True)
-        return closure
+        if isinstance(lease, AttemptLease) and lease.pending:
+            # A registration an async handler started without awaiting it
+            # decides which path closes the attempt: wait for it.
+            with contextlib.suppress(Cancel):
+                await lease.settled()
+        return _with_lease(closure, lease)
 
     async def _execute(
         self, definition: Job[..., Any], job: ClaimedJob, ctx: JobContext, *, dlq: bool
@@ -212,6 +236,19 @@ class Executor:
     @staticmethod
     async def _call(definition: Job[..., Any], ctx: JobContext, job: ClaimedJob) -> Any:
         return await call_handler(definition, ctx, job)
+
+
+class MustWait:
+    """What :meth:`Executor.finish_thread_at_once` answers for an attempt
+    whose closure needs something awaited first."""
+
+
+def _with_lease(closure: Closure, lease: object) -> Closure:
+    """``closure`` marked ``leased`` when its attempt escalated to a lease
+    (the lease ring closes it then, not the claim's receipt)."""
+    if isinstance(lease, AttemptLease) and lease.leased:
+        return replace(closure, leased=True)
+    return closure
 
 
 def definition_for(job: ClaimedJob, *, dlq: bool) -> Job[..., Any] | Closure:
