@@ -143,6 +143,8 @@ def check_callback_secret(
     parsed, problems = parse_settings(getattr(settings, "AWA", None))
     if problems or parsed.callback_hmac_secret is not None:
         return []  # invalid settings are check_settings' to report
+    if not getattr(settings, "ROOT_URLCONF", None):
+        return []  # a worker-only settings module routes nothing (reverse() would raise)
     try:
         where = reverse("awa:callback", kwargs={"callback_id": uuid.UUID(int=0), "action": "retry"})
     except (NoReverseMatch, ImproperlyConfigured):

@@ -44,6 +44,15 @@ def test_without_the_receiver_in_the_urlconf_nothing_warns():
         assert check_callback_secret() == []
 
 
+def test_settings_without_a_urlconf_route_nothing():
+    """A settings module for workers only (no ROOT_URLCONF at all) passes the
+    checks instead of failing them with an AttributeError."""
+    with awa(), override_settings():
+        del settings.ROOT_URLCONF
+        assert check_callback_secret() == []
+        call_command("check", fail_level="WARNING", stderr=io.StringIO())
+
+
 def test_invalid_settings_are_left_to_the_settings_check():
     with awa(CALLBACK_HMAC_SECRET=""):
         assert check_callback_secret() == []
