@@ -281,146 +281,9 @@ $$;
 -- Counts
 -- ---------------------------------------------------------------------------
 
--- Jobs per (queue, state) of one queue (NULL: every queue), each state from
--- its cheapest exact source; states with no job are left out.
-CREATE OR REPLACE FUNCTION awa.queue_state_counts(p_queue text)
-RETURNS TABLE (queue text, state text, n bigint)
-LANGUAGE sql STABLE AS $$
-    SELECT c.queue, c.state, sum(c.n)::bigint
-      FROM (
-        -- available: committed lane ranges beyond the cursor, less tombstones there
-        SELECT s.queue, 'available'::text AS state,
-               sum(s.end_seq - GREATEST(s.start_seq, h.claim_seq)) AS n
-          FROM awa.ready_segments s
-          JOIN awa.queue_claim_heads h
-            ON h.queue = s.queue AND h.priority = s.priority AND h.shard = s.shard
-         WHERE s.end_seq > h.claim_seq AND (p_queue IS NULL OR s.queue = p_queue)
-         GROUP BY s.queue
-        UNION ALL
-        SELECT t.queue, 'available', -count(*)
-          FROM awa.ready_tombstones t
-          JOIN awa.queue_claim_heads h
-            ON h.queue = t.queue AND h.priority = t.priority AND h.shard = t.shard
-         WHERE t.lane_seq >= h.claim_seq AND (p_queue IS NULL OR t.queue = p_queue)
-         GROUP BY t.queue
-        UNION ALL
-        -- running on a receipt: per claim batch, its items less the distinct
-        -- items with closure evidence (index lookups per batch, instead of
-        -- matching every item against every closure batch's array)
-        SELECT b.queue, 'running',
-               sum(cardinality(b.job_ids) - (
-                   SELECT count(DISTINCT e.item)
-                     FROM (SELECT unnest(y.items) AS item
-                             FROM awa.lease_claim_closure_batches y
-                            WHERE y.batch_id = b.batch_id AND y.claim_slot = b.claim_slot
-                           UNION ALL
-                           SELECT x.item
-                             FROM awa.lease_claim_closures x
-                            WHERE x.batch_id = b.batch_id AND x.claim_slot = b.claim_slot) e))
-          FROM awa.lease_claim_batches b
-         WHERE p_queue IS NULL OR b.queue = p_queue
-         GROUP BY b.queue
-        UNION ALL
-        SELECT l.queue, l.state, count(*)
-          FROM awa.leases l
-         WHERE p_queue IS NULL OR l.queue = p_queue
-         GROUP BY l.queue, l.state
-        UNION ALL
-        SELECT d.queue, d.state, count(*)
-          FROM awa.deferred_jobs d
-         WHERE p_queue IS NULL OR d.queue = p_queue
-         GROUP BY d.queue, d.state
-        UNION ALL
-        SELECT d.queue, d.state, count(*)
-          FROM awa.done_entries d
-         WHERE (p_queue IS NULL OR d.queue = p_queue)
-           AND NOT EXISTS (SELECT 1 FROM awa.done_supersessions x
-                            WHERE x.job_id = d.job_id AND x.run_lease = d.run_lease
-                              AND x.finalized_at = d.finalized_at)
-         GROUP BY d.queue, d.state
-        UNION ALL
-        SELECT b.queue, 'completed', sum(cardinality(b.job_ids))
-          FROM awa.receipt_completion_batches b
-         WHERE p_queue IS NULL OR b.queue = p_queue
-         GROUP BY b.queue
-        UNION ALL
-        SELECT r.queue, r.state, r.count
-          FROM awa.queue_terminal_rollups r
-         WHERE p_queue IS NULL OR r.queue = p_queue
-        UNION ALL
-        SELECT q.queue, 'dlq', count(*)
-          FROM awa.dlq_entries q
-         WHERE p_queue IS NULL OR q.queue = p_queue
-         GROUP BY q.queue
-      ) AS c
-     GROUP BY c.queue, c.state
-    HAVING sum(c.n) <> 0
-$$;
-
-CREATE OR REPLACE FUNCTION awa.sample_queues(p_keep interval)
-RETURNS integer
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_now timestamptz := date_trunc('second', now());
-    v_n   integer;
-BEGIN
-    INSERT INTO awa.queue_samples (sampled_at, queue, counts)
-    SELECT v_now, c.queue, jsonb_object_agg(c.state, c.n)
-      FROM awa.queue_state_counts(NULL) c
-     GROUP BY c.queue
-    ON CONFLICT (queue, sampled_at) DO NOTHING;
-    GET DIAGNOSTICS v_n = ROW_COUNT;
-    DELETE FROM awa.queue_samples WHERE sampled_at < v_now - p_keep;
-    RETURN v_n;
-END
-$$;
-
--- awa.job_page filtering by any of p_queues (NULL: every queue).
-CREATE OR REPLACE FUNCTION awa.job_page(
-    p_before bigint, p_floor bigint, p_limit integer, p_state text, p_queues text[],
-    p_kind text, p_priority smallint, p_tag text)
-RETURNS TABLE (id bigint, kind text, queue text, state text, priority smallint,
-               attempt smallint, max_attempts smallint, run_lease bigint, args json,
-               kwargs json, metadata jsonb, tags text[], errors jsonb, progress jsonb,
-               return_value json, created_at timestamptz, run_at timestamptz,
-               attempted_at timestamptz, finalized_at timestamptz)
-LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    v_hi    bigint;
-    v_lo    bigint;
-    v_span  bigint := 1024;
-    v_found integer := 0;
-    v_n     integer;
-BEGIN
-    IF p_limit <= 0 THEN
-        RETURN;
-    END IF;
-    SELECT CASE WHEN s.is_called THEN s.last_value ELSE 0 END INTO v_hi
-      FROM awa.job_id_seq s;
-    IF p_before IS NOT NULL THEN
-        v_hi := LEAST(v_hi, p_before - 1);
-    END IF;
-    WHILE v_hi >= GREATEST(p_floor, 1) AND v_found < p_limit LOOP
-        v_lo := GREATEST(v_hi - v_span + 1, p_floor, 1);
-        RETURN QUERY
-            SELECT j.* FROM awa.job_window(v_lo, v_hi) j
-             WHERE (p_state IS NULL OR j.state = p_state)
-               AND (p_queues IS NULL OR j.queue = ANY (p_queues))
-               AND (p_kind IS NULL OR j.kind = p_kind)
-               AND (p_priority IS NULL OR j.priority = p_priority)
-               AND (p_tag IS NULL OR p_tag = ANY (j.tags))
-             ORDER BY j.id DESC
-             LIMIT p_limit - v_found;
-        GET DIAGNOSTICS v_n = ROW_COUNT;
-        v_found := v_found + v_n;
-        v_hi := v_lo - 1;
-        v_span := v_span * 4;
-    END LOOP;
-END
-$$;
-
--- awa.queue_state_counts of any of p_queues (NULL: every queue), per queue and
--- state: each source is read once for all of them, not once per queue.
+-- Jobs per (queue, state) of any of p_queues (NULL: every queue), each state
+-- from its cheapest exact source; states with no job are left out.  Each
+-- source is read once for all the queues, not once per queue.
 CREATE OR REPLACE FUNCTION awa.ring_state_counts(p_queues text[])
 RETURNS TABLE (queue text, state text, n bigint)
 LANGUAGE sql STABLE AS $$
@@ -495,6 +358,77 @@ LANGUAGE sql STABLE AS $$
     HAVING sum(c.n) <> 0
 $$;
 
+-- awa.ring_state_counts of one queue (NULL: every queue).  A SQL function
+-- over a SQL function: the planner inlines both, so this plans as the
+-- counts' own body with the queue filled in.
+CREATE OR REPLACE FUNCTION awa.queue_state_counts(p_queue text)
+RETURNS TABLE (queue text, state text, n bigint)
+LANGUAGE sql STABLE AS $$
+    SELECT c.queue, c.state, c.n
+      FROM awa.ring_state_counts(CASE WHEN p_queue IS NOT NULL THEN ARRAY[p_queue] END) c
+$$;
+
+CREATE OR REPLACE FUNCTION awa.sample_queues(p_keep interval)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz := date_trunc('second', now());
+    v_n   integer;
+BEGIN
+    INSERT INTO awa.queue_samples (sampled_at, queue, counts)
+    SELECT v_now, c.queue, jsonb_object_agg(c.state, c.n)
+      FROM awa.queue_state_counts(NULL) c
+     GROUP BY c.queue
+    ON CONFLICT (queue, sampled_at) DO NOTHING;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    DELETE FROM awa.queue_samples WHERE sampled_at < v_now - p_keep;
+    RETURN v_n;
+END
+$$;
+
+-- awa.job_page filtering by any of p_queues (NULL: every queue).
+CREATE OR REPLACE FUNCTION awa.job_page(
+    p_before bigint, p_floor bigint, p_limit integer, p_state text, p_queues text[],
+    p_kind text, p_priority smallint, p_tag text)
+RETURNS TABLE (id bigint, kind text, queue text, state text, priority smallint,
+               attempt smallint, max_attempts smallint, run_lease bigint, args json,
+               kwargs json, metadata jsonb, tags text[], errors jsonb, progress jsonb,
+               return_value json, created_at timestamptz, run_at timestamptz,
+               attempted_at timestamptz, finalized_at timestamptz)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_hi    bigint;
+    v_lo    bigint;
+    v_span  bigint := 1024;
+    v_found integer := 0;
+    v_n     integer;
+BEGIN
+    IF p_limit <= 0 THEN
+        RETURN;
+    END IF;
+    SELECT CASE WHEN s.is_called THEN s.last_value ELSE 0 END INTO v_hi
+      FROM awa.job_id_seq s;
+    IF p_before IS NOT NULL THEN
+        v_hi := LEAST(v_hi, p_before - 1);
+    END IF;
+    WHILE v_hi >= GREATEST(p_floor, 1) AND v_found < p_limit LOOP
+        v_lo := GREATEST(v_hi - v_span + 1, p_floor, 1);
+        RETURN QUERY
+            SELECT j.* FROM awa.job_window(v_lo, v_hi) j
+             WHERE (p_state IS NULL OR j.state = p_state)
+               AND (p_queues IS NULL OR j.queue = ANY (p_queues))
+               AND (p_kind IS NULL OR j.kind = p_kind)
+               AND (p_priority IS NULL OR j.priority = p_priority)
+               AND (p_tag IS NULL OR p_tag = ANY (j.tags))
+             ORDER BY j.id DESC
+             LIMIT p_limit - v_found;
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        v_found := v_found + v_n;
+        v_hi := v_lo - 1;
+        v_span := v_span * 4;
+    END LOOP;
+END
+$$;
 
 -- awa.ring_state_counts plus the jobs held for a concurrency slot, as
 -- available (as awa.jobs shows them).
