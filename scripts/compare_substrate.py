@@ -155,6 +155,11 @@ FOLDED = {
     ("FUNCTION", "rotate_ring(text)"),
     # The one-queue counts read through the list-of-queues counts.
     ("FUNCTION", "queue_state_counts(text)"),
+    # A claim batch's count of closed items, asked by what runs, the
+    # counts, the gauges and rescue.
+    ("FUNCTION", "claim_batch_closed(smallint, bigint)"),
+    ("FUNCTION", "ring_state_counts(text[])"),
+    ("VIEW", "open_receipts"),
 }
 
 _NAME = re.compile(r"\b({})\b".format("|".join(sorted(RENAMED, key=len, reverse=True))))

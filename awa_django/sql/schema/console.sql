@@ -309,15 +309,8 @@ LANGUAGE sql STABLE AS $$
         -- items with closure evidence (index lookups per batch, instead of
         -- matching every item against every closure batch's array)
         SELECT b.queue, 'running',
-               sum(cardinality(b.job_ids) - (
-                   SELECT count(DISTINCT e.item)
-                     FROM (SELECT unnest(y.items) AS item
-                             FROM awa.lease_claim_closure_batches y
-                            WHERE y.batch_id = b.batch_id AND y.claim_slot = b.claim_slot
-                           UNION ALL
-                           SELECT x.item
-                             FROM awa.lease_claim_closures x
-                            WHERE x.batch_id = b.batch_id AND x.claim_slot = b.claim_slot) e))
+               sum(cardinality(b.job_ids)
+                   - (SELECT k.closed FROM awa.claim_batch_closed(b.claim_slot, b.batch_id) k))
           FROM awa.lease_claim_batches b
          WHERE p_queues IS NULL OR b.queue = ANY (p_queues)
          GROUP BY b.queue

@@ -257,14 +257,7 @@ BEGIN
                                    WHERE i.id = b.runtime_id
                                      AND i.heartbeat_at > clock_timestamp() - p_staleness)
                END
-           AND (SELECT count(DISTINCT e.item)
-                  FROM (SELECT unnest(y.items) AS item
-                          FROM awa.lease_claim_closure_batches y
-                         WHERE y.batch_id = b.batch_id AND y.claim_slot = b.claim_slot
-                        UNION ALL
-                        SELECT x.item
-                          FROM awa.lease_claim_closures x
-                         WHERE x.batch_id = b.batch_id AND x.claim_slot = b.claim_slot) e)
+           AND (SELECT k.closed FROM awa.claim_batch_closed(b.claim_slot, b.batch_id) k)
                < cardinality(b.job_ids)
     ), candidates AS MATERIALIZED (
         SELECT b.claim_slot, b.batch_id, i.item::integer AS item, i.job_id, i.run_lease,
