@@ -172,7 +172,9 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
 $$;
 
 -- The rows of awa.jobs with ids in [p_lo, p_hi], every source read through
--- an index (see the header); held jobs show as available.
+-- an index (see the header); held jobs show as available.  It repeats the
+-- view branch by branch on purpose: an id filter on the view cannot reach
+-- the batch planes' awa.max_id indexes.
 CREATE OR REPLACE FUNCTION awa.job_window(p_lo bigint, p_hi bigint)
 RETURNS TABLE (id bigint, kind text, queue text, state text, priority smallint,
                attempt smallint, max_attempts smallint, run_lease bigint, args json,
