@@ -90,12 +90,6 @@ _RESCUE_ARGS = (
     "p_dlq_off text[], p_limit integer"
 )
 
-_PRUNE_ARGS = "p_ring text, p_lock_timeout_ms integer, p_failed_retention interval"
-_RESCUE_ARGS = (
-    "p_reason text, p_staleness interval, p_dlq_default boolean, p_dlq_on text[], "
-    "p_dlq_off text[], p_limit integer"
-)
-
 # Differences the squash makes on purpose.
 EXPECTED = {
     # The maintenance list named prune_ring and rescue_v2, so the entry points
@@ -150,6 +144,22 @@ FOLDED = {
     ("FUNCTION", "move_failed_to_dlq(bigint, text)"),
     ("FUNCTION", "supersede_terminal(bigint, text[], text)"),
     ("FUNCTION", "job_ordering_key(bigint)"),
+    # The rotation records its outcome through the prune's
+    # awa.record_ring_outcome (no lock hold): one writer of ring_status.
+    ("FUNCTION", "record_rotation_outcome(text, text, text, integer, bigint)"),
+    (
+        "ACL",
+        "FUNCTION record_rotation_outcome(p_ring text, p_action text, p_outcome text, "
+        "p_slot integer, p_generation bigint)",
+    ),
+    ("FUNCTION", "rotate_ring(text)"),
+    # The one-queue counts read through the list-of-queues counts.
+    ("FUNCTION", "queue_state_counts(text)"),
+    # A claim batch's count of closed items, asked by what runs, the
+    # counts, the gauges and rescue.
+    ("FUNCTION", "claim_batch_closed(smallint, bigint)"),
+    ("FUNCTION", "ring_state_counts(text[])"),
+    ("VIEW", "open_receipts"),
 }
 
 _NAME = re.compile(r"\b({})\b".format("|".join(sorted(RENAMED, key=len, reverse=True))))

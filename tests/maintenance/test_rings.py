@@ -157,3 +157,25 @@ def test_claim_ring_proof_counts_each_item_once(store):
     assert store.states("dup")[second.job_id] == "running"
     store.close([second])
     assert store.prune("claim") == "pruned"
+
+
+def test_rotation_status_counts_rotations_and_leaves_a_repeated_outcome_alone(store):
+    # Rotation and prune record their outcomes through one function: a
+    # rotation carries no lock hold, and a tick whose outcome did not change
+    # writes nothing (the leader rotates every few seconds).
+    def row() -> tuple:
+        return store.conn.execute(
+            "SELECT outcome, slot, generation, rotations, truncations,"
+            " last_prune_exclusive_ms, xmin::text FROM awa.ring_status"
+            " WHERE ring = 'queue' AND action = 'rotate'"
+        ).fetchone()
+
+    store.enqueue("rot-status")
+    assert store.rotate("queue") == "rotated"
+    cursor = store.conn.execute("SELECT slot, generation FROM awa.ring_cursor('queue')").fetchone()
+    assert row()[:6] == ("rotated", cursor[0], cursor[1], 1, 0, None)
+    assert store.rotate("queue") == "skipped_idle"
+    idle = row()
+    assert idle[:6] == ("skipped_idle", cursor[0], cursor[1], 1, 0, None)
+    assert store.rotate("queue") == "skipped_idle"
+    assert row() == idle  # same xmin: the row was not written again

@@ -64,6 +64,13 @@ def all_queues(queue: str) -> list[str]:
         return [name for (name,) in cursor.fetchall()]
 
 
+def queue_state_counts(queue: str | None, pick: str | None = None) -> dict[str, int]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT queue, state, n FROM awa.queue_state_counts(%s)", [queue])
+        rows = cursor.fetchall()
+    return {state: n for name, state, n in rows if name == (pick or queue)}
+
+
 def test_state_counts_equal_the_view(mixed, queue):
     names = all_queues(queue)
     assert len(names) == 12
@@ -72,6 +79,10 @@ def test_state_counts_equal_the_view(mixed, queue):
         truth = collections.Counter(state for _, state in view_rows(name))
         assert {s: n for s, n in counts.get(name, {}).items() if n} == dict(truth), name
         assert {s: n for s, n in ops.queue_counts(name).items() if n} == dict(truth), name
+        # The SQL form the leader's samples and the doctor read: one queue
+        # or every queue (then picked out), the same counts.
+        assert queue_state_counts(name) == dict(truth), name
+        assert queue_state_counts(None, pick=name) == dict(truth), name
 
 
 def test_job_window_equals_the_view_restricted_to_the_ids(mixed, queue):

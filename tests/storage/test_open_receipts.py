@@ -13,6 +13,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
+from awa_django.sql import query
 from awa_django.storage import SyncRunner
 from awa_django.storage.attempts import close_attempts
 from awa_django.storage.connection import conninfo
@@ -79,3 +80,32 @@ def test_open_receipts_of_several_batches_are_told_apart(queue):
         run(close_attempts([closure_for(job, "completed") for job in first]))
         run(close_attempts([closure_for(second[1], "completed")]))
         assert open_ids(conn, queue) == sorted([second[0].job_id, second[2].job_id])
+
+
+# Every reader that weighs a claim batch against its closure evidence, with
+# the place it asks awa.claim_batch_closed from.
+READERS = {
+    "open_receipts (the claim's idle check, awa.jobs)": "SELECT * FROM awa.open_receipts",
+    "the counts (console, samples)": "SELECT * FROM awa.ring_state_counts(NULL)",
+    "the gauges": query("queues", "queue_gauges"),
+}
+
+
+@pytest.mark.parametrize("reader", sorted(READERS))
+def test_the_evidence_count_is_inlined_into_every_reader(reader):
+    # Written once as a SQL function, planned as if spelled out: a
+    # "Function Scan" on it would run its two lookups as a separate
+    # statement per batch, and a function the planner cannot see into is
+    # also one it cannot parallelise over.
+    with psycopg.connect(conninfo(), autocommit=True) as conn:
+        plan = "\n".join(
+            line for (line,) in conn.execute("EXPLAIN (VERBOSE, COSTS OFF) " + READERS[reader])
+        )
+        marks = conn.execute(
+            "SELECT p.provolatile, p.proparallel, l.lanname FROM pg_proc p"
+            " JOIN pg_language l ON l.oid = p.prolang"
+            " WHERE p.oid = 'awa.claim_batch_closed'::regproc"
+        ).fetchone()
+    assert "claim_batch_closed" not in plan
+    assert "lease_claim_closure_batches" in plan and "lease_claim_closures" in plan
+    assert marks == ("s", "s", "sql")

@@ -84,15 +84,8 @@ WITH lanes AS MATERIALIZED (  -- each lane probed once
     SELECT d.queue, count(*) AS n FROM awa.deferred_jobs d GROUP BY d.queue
 ), receipts AS (
     SELECT b.queue,
-           sum(cardinality(b.job_ids) - (
-               SELECT count(DISTINCT e.item)
-                 FROM (SELECT unnest(y.items) AS item
-                         FROM awa.lease_claim_closure_batches y
-                        WHERE y.batch_id = b.batch_id AND y.claim_slot = b.claim_slot
-                       UNION ALL
-                       SELECT x.item
-                         FROM awa.lease_claim_closures x
-                        WHERE x.batch_id = b.batch_id AND x.claim_slot = b.claim_slot) e)) AS n
+           sum(cardinality(b.job_ids)
+               - (SELECT k.closed FROM awa.claim_batch_closed(b.claim_slot, b.batch_id) k)) AS n
       FROM awa.lease_claim_batches b
      GROUP BY b.queue
 ), leased AS (

@@ -241,7 +241,8 @@ BEGIN
                                 WHERE s.key = k.key AND s.slot = g.slot)
             ON CONFLICT DO NOTHING;
             -- The free slots of those keys, locked; a slot another claim is
-            -- taking (or looking at) is skipped, never waited for.
+            -- taking (or looking at) is skipped, never waited for.  Busy is
+            -- awa.concurrency_slot_busy written out (see its comment).
             SELECT COALESCE(array_agg(f.key ORDER BY f.key, f.slot), '{}'),
                    COALESCE(array_agg(f.slot ORDER BY f.key, f.slot), '{}')
               INTO f_keys, f_slots
@@ -401,7 +402,10 @@ END
 $$;
 
 -- The worker's claim: pause, held-job release and nonce, then
--- awa.claim_queue over the stripes in the order given.
+-- awa.claim_queue over the stripes in the order given.  Its columns are
+-- claim_queue's, whose rows it returns as they are (RETURN QUERY needs the
+-- shape declared; a shared composite type would change the hot path's
+-- signature for no gain).
 CREATE OR REPLACE FUNCTION awa.claim_ready(
     p_queue text, p_stripes text[], p_max integer, p_runtime uuid, p_deadline interval,
     p_aging interval, p_claim_nonce bigint)

@@ -402,6 +402,29 @@ SELECT b.claim_slot, b.batch_id, i.item::integer AS item, i.job_id, i.run_lease,
        WITH ORDINALITY AS i(job_id, run_lease, attempt, priority, effective_priority, shard,
                             lane_seq, ready_slot, item);
 
+-- How many items of one claim batch have closure evidence: distinct items,
+-- so evidence written twice (a single close and a batch close of the same
+-- item) counts once.  Every reader that weighs a batch against its evidence
+-- (what runs, the counts, the gauges, rescue) asks this; a SQL function in
+-- FROM is inlined, so each plans as if it spelled the two index lookups out.
+-- The per-item test (no closure row, no closure batch naming the item) stays
+-- spelled out where it is used: two NOT EXISTS in a WHERE clause become
+-- anti-joins, which a function call would hide behind a per-row subplan.
+-- PARALLEL SAFE as its text is: the planner weighs parallel safety before it
+-- inlines, so an unmarked function would keep awa.jobs from parallel plans.
+CREATE OR REPLACE FUNCTION awa.claim_batch_closed(p_claim_slot smallint, p_batch_id bigint)
+RETURNS TABLE (closed bigint)
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT count(DISTINCT e.item)
+      FROM (SELECT unnest(y.items) AS item
+              FROM awa.lease_claim_closure_batches y
+             WHERE y.batch_id = p_batch_id AND y.claim_slot = p_claim_slot
+            UNION ALL
+            SELECT x.item
+              FROM awa.lease_claim_closures x
+             WHERE x.batch_id = p_batch_id AND x.claim_slot = p_claim_slot) e
+$$;
+
 -- Attempts with no closure evidence yet: what is running right now.  A
 -- batch all of whose items have evidence is skipped after one count of its
 -- distinct evidence items; only the others are tested item by item.
@@ -410,15 +433,7 @@ SELECT b.claim_slot, b.batch_id, i.item::integer AS item, i.job_id, i.run_lease,
        i.priority, i.effective_priority, i.shard, i.lane_seq, i.ready_slot, b.queue,
        b.runtime_id, b.claimed_at, b.deadline_at
   FROM awa.lease_claim_batches b
- CROSS JOIN LATERAL (
-       SELECT count(DISTINCT e.item) AS closed
-         FROM (SELECT unnest(y.items) AS item
-                 FROM awa.lease_claim_closure_batches y
-                WHERE y.batch_id = b.batch_id AND y.claim_slot = b.claim_slot
-               UNION ALL
-               SELECT x.item
-                 FROM awa.lease_claim_closures x
-                WHERE x.batch_id = b.batch_id AND x.claim_slot = b.claim_slot) e) k
+ CROSS JOIN LATERAL awa.claim_batch_closed(b.claim_slot, b.batch_id) k
  CROSS JOIN LATERAL unnest(b.job_ids, b.run_leases, b.attempts, b.priorities,
                            b.effective_priorities, b.shards, b.lane_seqs, b.ready_slots)
        WITH ORDINALITY AS i(job_id, run_lease, attempt, priority, effective_priority, shard,

@@ -47,6 +47,8 @@ CREATE TABLE IF NOT EXISTS awa.concurrency_slots (
 COMMENT ON TABLE awa.concurrency_slots IS
     'Per-key concurrency slots: the attempt holding each slot (free once that attempt is closed).';
 
+-- The payload columns repeat awa.deferred_jobs' on purpose: a held job goes
+-- back to its lane from this row alone, and the keys and states differ.
 CREATE TABLE IF NOT EXISTS awa.concurrency_waiting (
     key          text        NOT NULL,
     held_seq     bigint      GENERATED ALWAYS AS IDENTITY,
@@ -164,6 +166,7 @@ BEGIN
     -- Per key, its free slots under the limit of its oldest held job (slot
     -- rows not created yet count as free), then that many of its oldest
     -- held jobs, locked (a concurrent claim releasing them skips them).
+    -- Busy is awa.concurrency_slot_busy written out (see its comment).
     SELECT array_agg(j.job_id ORDER BY j.held_seq) INTO v_ids
       FROM unnest(k_keys, k_queues) AS k(key, queue)
      CROSS JOIN LATERAL (

@@ -172,7 +172,9 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
 $$;
 
 -- The rows of awa.jobs with ids in [p_lo, p_hi], every source read through
--- an index (see the header); held jobs show as available.
+-- an index (see the header); held jobs show as available.  It repeats the
+-- view branch by branch on purpose: an id filter on the view cannot reach
+-- the batch planes' awa.max_id indexes.
 CREATE OR REPLACE FUNCTION awa.job_window(p_lo bigint, p_hi bigint)
 RETURNS TABLE (id bigint, kind text, queue text, state text, priority smallint,
                attempt smallint, max_attempts smallint, run_lease bigint, args json,
@@ -281,9 +283,10 @@ $$;
 -- Counts
 -- ---------------------------------------------------------------------------
 
--- Jobs per (queue, state) of one queue (NULL: every queue), each state from
--- its cheapest exact source; states with no job are left out.
-CREATE OR REPLACE FUNCTION awa.queue_state_counts(p_queue text)
+-- Jobs per (queue, state) of any of p_queues (NULL: every queue), each state
+-- from its cheapest exact source; states with no job are left out.  Each
+-- source is read once for all the queues, not once per queue.
+CREATE OR REPLACE FUNCTION awa.ring_state_counts(p_queues text[])
 RETURNS TABLE (queue text, state text, n bigint)
 LANGUAGE sql STABLE AS $$
     SELECT c.queue, c.state, sum(c.n)::bigint
@@ -294,46 +297,39 @@ LANGUAGE sql STABLE AS $$
           FROM awa.ready_segments s
           JOIN awa.queue_claim_heads h
             ON h.queue = s.queue AND h.priority = s.priority AND h.shard = s.shard
-         WHERE s.end_seq > h.claim_seq AND (p_queue IS NULL OR s.queue = p_queue)
+         WHERE s.end_seq > h.claim_seq AND (p_queues IS NULL OR s.queue = ANY (p_queues))
          GROUP BY s.queue
         UNION ALL
         SELECT t.queue, 'available', -count(*)
           FROM awa.ready_tombstones t
           JOIN awa.queue_claim_heads h
             ON h.queue = t.queue AND h.priority = t.priority AND h.shard = t.shard
-         WHERE t.lane_seq >= h.claim_seq AND (p_queue IS NULL OR t.queue = p_queue)
+         WHERE t.lane_seq >= h.claim_seq AND (p_queues IS NULL OR t.queue = ANY (p_queues))
          GROUP BY t.queue
         UNION ALL
         -- running on a receipt: per claim batch, its items less the distinct
         -- items with closure evidence (index lookups per batch, instead of
         -- matching every item against every closure batch's array)
         SELECT b.queue, 'running',
-               sum(cardinality(b.job_ids) - (
-                   SELECT count(DISTINCT e.item)
-                     FROM (SELECT unnest(y.items) AS item
-                             FROM awa.lease_claim_closure_batches y
-                            WHERE y.batch_id = b.batch_id AND y.claim_slot = b.claim_slot
-                           UNION ALL
-                           SELECT x.item
-                             FROM awa.lease_claim_closures x
-                            WHERE x.batch_id = b.batch_id AND x.claim_slot = b.claim_slot) e))
+               sum(cardinality(b.job_ids)
+                   - (SELECT k.closed FROM awa.claim_batch_closed(b.claim_slot, b.batch_id) k))
           FROM awa.lease_claim_batches b
-         WHERE p_queue IS NULL OR b.queue = p_queue
+         WHERE p_queues IS NULL OR b.queue = ANY (p_queues)
          GROUP BY b.queue
         UNION ALL
         SELECT l.queue, l.state, count(*)
           FROM awa.leases l
-         WHERE p_queue IS NULL OR l.queue = p_queue
+         WHERE p_queues IS NULL OR l.queue = ANY (p_queues)
          GROUP BY l.queue, l.state
         UNION ALL
         SELECT d.queue, d.state, count(*)
           FROM awa.deferred_jobs d
-         WHERE p_queue IS NULL OR d.queue = p_queue
+         WHERE p_queues IS NULL OR d.queue = ANY (p_queues)
          GROUP BY d.queue, d.state
         UNION ALL
         SELECT d.queue, d.state, count(*)
           FROM awa.done_entries d
-         WHERE (p_queue IS NULL OR d.queue = p_queue)
+         WHERE (p_queues IS NULL OR d.queue = ANY (p_queues))
            AND NOT EXISTS (SELECT 1 FROM awa.done_supersessions x
                             WHERE x.job_id = d.job_id AND x.run_lease = d.run_lease
                               AND x.finalized_at = d.finalized_at)
@@ -341,20 +337,30 @@ LANGUAGE sql STABLE AS $$
         UNION ALL
         SELECT b.queue, 'completed', sum(cardinality(b.job_ids))
           FROM awa.receipt_completion_batches b
-         WHERE p_queue IS NULL OR b.queue = p_queue
+         WHERE p_queues IS NULL OR b.queue = ANY (p_queues)
          GROUP BY b.queue
         UNION ALL
         SELECT r.queue, r.state, r.count
           FROM awa.queue_terminal_rollups r
-         WHERE p_queue IS NULL OR r.queue = p_queue
+         WHERE p_queues IS NULL OR r.queue = ANY (p_queues)
         UNION ALL
         SELECT q.queue, 'dlq', count(*)
           FROM awa.dlq_entries q
-         WHERE p_queue IS NULL OR q.queue = p_queue
+         WHERE p_queues IS NULL OR q.queue = ANY (p_queues)
          GROUP BY q.queue
       ) AS c
      GROUP BY c.queue, c.state
     HAVING sum(c.n) <> 0
+$$;
+
+-- awa.ring_state_counts of one queue (NULL: every queue).  A SQL function
+-- over a SQL function: the planner inlines both, so this plans as the
+-- counts' own body with the queue filled in.
+CREATE OR REPLACE FUNCTION awa.queue_state_counts(p_queue text)
+RETURNS TABLE (queue text, state text, n bigint)
+LANGUAGE sql STABLE AS $$
+    SELECT c.queue, c.state, c.n
+      FROM awa.ring_state_counts(CASE WHEN p_queue IS NOT NULL THEN ARRAY[p_queue] END) c
 $$;
 
 CREATE OR REPLACE FUNCTION awa.sample_queues(p_keep interval)
@@ -418,83 +424,6 @@ BEGIN
     END LOOP;
 END
 $$;
-
--- awa.queue_state_counts of any of p_queues (NULL: every queue), per queue and
--- state: each source is read once for all of them, not once per queue.
-CREATE OR REPLACE FUNCTION awa.ring_state_counts(p_queues text[])
-RETURNS TABLE (queue text, state text, n bigint)
-LANGUAGE sql STABLE AS $$
-    SELECT c.queue, c.state, sum(c.n)::bigint
-      FROM (
-        -- available: committed lane ranges beyond the cursor, less tombstones there
-        SELECT s.queue, 'available'::text AS state,
-               sum(s.end_seq - GREATEST(s.start_seq, h.claim_seq)) AS n
-          FROM awa.ready_segments s
-          JOIN awa.queue_claim_heads h
-            ON h.queue = s.queue AND h.priority = s.priority AND h.shard = s.shard
-         WHERE s.end_seq > h.claim_seq AND (p_queues IS NULL OR s.queue = ANY (p_queues))
-         GROUP BY s.queue
-        UNION ALL
-        SELECT t.queue, 'available', -count(*)
-          FROM awa.ready_tombstones t
-          JOIN awa.queue_claim_heads h
-            ON h.queue = t.queue AND h.priority = t.priority AND h.shard = t.shard
-         WHERE t.lane_seq >= h.claim_seq AND (p_queues IS NULL OR t.queue = ANY (p_queues))
-         GROUP BY t.queue
-        UNION ALL
-        -- running on a receipt: per claim batch, its items less the distinct
-        -- items with closure evidence (index lookups per batch, instead of
-        -- matching every item against every closure batch's array)
-        SELECT b.queue, 'running',
-               sum(cardinality(b.job_ids) - (
-                   SELECT count(DISTINCT e.item)
-                     FROM (SELECT unnest(y.items) AS item
-                             FROM awa.lease_claim_closure_batches y
-                            WHERE y.batch_id = b.batch_id AND y.claim_slot = b.claim_slot
-                           UNION ALL
-                           SELECT x.item
-                             FROM awa.lease_claim_closures x
-                            WHERE x.batch_id = b.batch_id AND x.claim_slot = b.claim_slot) e))
-          FROM awa.lease_claim_batches b
-         WHERE p_queues IS NULL OR b.queue = ANY (p_queues)
-         GROUP BY b.queue
-        UNION ALL
-        SELECT l.queue, l.state, count(*)
-          FROM awa.leases l
-         WHERE p_queues IS NULL OR l.queue = ANY (p_queues)
-         GROUP BY l.queue, l.state
-        UNION ALL
-        SELECT d.queue, d.state, count(*)
-          FROM awa.deferred_jobs d
-         WHERE p_queues IS NULL OR d.queue = ANY (p_queues)
-         GROUP BY d.queue, d.state
-        UNION ALL
-        SELECT d.queue, d.state, count(*)
-          FROM awa.done_entries d
-         WHERE (p_queues IS NULL OR d.queue = ANY (p_queues))
-           AND NOT EXISTS (SELECT 1 FROM awa.done_supersessions x
-                            WHERE x.job_id = d.job_id AND x.run_lease = d.run_lease
-                              AND x.finalized_at = d.finalized_at)
-         GROUP BY d.queue, d.state
-        UNION ALL
-        SELECT b.queue, 'completed', sum(cardinality(b.job_ids))
-          FROM awa.receipt_completion_batches b
-         WHERE p_queues IS NULL OR b.queue = ANY (p_queues)
-         GROUP BY b.queue
-        UNION ALL
-        SELECT r.queue, r.state, r.count
-          FROM awa.queue_terminal_rollups r
-         WHERE p_queues IS NULL OR r.queue = ANY (p_queues)
-        UNION ALL
-        SELECT q.queue, 'dlq', count(*)
-          FROM awa.dlq_entries q
-         WHERE p_queues IS NULL OR q.queue = ANY (p_queues)
-         GROUP BY q.queue
-      ) AS c
-     GROUP BY c.queue, c.state
-    HAVING sum(c.n) <> 0
-$$;
-
 
 -- awa.ring_state_counts plus the jobs held for a concurrency slot, as
 -- available (as awa.jobs shows them).

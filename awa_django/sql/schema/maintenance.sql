@@ -74,25 +74,6 @@ BEGIN
 END
 $$;
 
--- Record a rotation's outcome in awa.ring_status (awa.record_ring_outcome
--- is the same with a prune's lock hold).
-CREATE OR REPLACE FUNCTION awa.record_rotation_outcome(
-    p_ring text, p_action text, p_outcome text, p_slot integer, p_generation bigint)
-RETURNS void
-LANGUAGE sql AS $$
-    INSERT INTO awa.ring_status AS s (ring, action, outcome, slot, generation, at,
-                                      truncations, rotations)
-    VALUES (p_ring, p_action, p_outcome, p_slot, p_generation, now(),
-            (p_outcome = 'pruned')::integer, (p_outcome = 'rotated')::integer)
-    ON CONFLICT (ring, action) DO UPDATE
-       SET outcome = EXCLUDED.outcome, slot = EXCLUDED.slot,
-           generation = EXCLUDED.generation, at = EXCLUDED.at,
-           truncations = s.truncations + EXCLUDED.truncations,
-           rotations = s.rotations + EXCLUDED.rotations
-     WHERE s.outcome IS DISTINCT FROM EXCLUDED.outcome
-        OR EXCLUDED.truncations > 0 OR EXCLUDED.rotations > 0
-$$;
-
 -- Advance a ring onto the next slot.  Outcomes: rotated, skipped_idle (the
 -- current slot holds nothing: nothing to seal), skipped_busy (the next slot
 -- is not pruned yet, or another rotator holds the ring).
@@ -121,9 +102,9 @@ BEGIN
         GET DIAGNOSTICS v_slots = ROW_COUNT;
         v_outcome := CASE WHEN v_slots = 1 THEN 'rotated' ELSE 'skipped_busy' END;
     END IF;
-    PERFORM awa.record_rotation_outcome(p_ring, 'rotate', v_outcome,
+    PERFORM awa.record_ring_outcome(p_ring, 'rotate', v_outcome,
         CASE WHEN v_outcome = 'rotated' THEN v_next ELSE v_cursor.slot END,
-        v_cursor.generation + (v_outcome = 'rotated')::integer);
+        v_cursor.generation + (v_outcome = 'rotated')::integer, NULL);
     RETURN v_outcome;
 END
 $$;
@@ -276,14 +257,7 @@ BEGIN
                                    WHERE i.id = b.runtime_id
                                      AND i.heartbeat_at > clock_timestamp() - p_staleness)
                END
-           AND (SELECT count(DISTINCT e.item)
-                  FROM (SELECT unnest(y.items) AS item
-                          FROM awa.lease_claim_closure_batches y
-                         WHERE y.batch_id = b.batch_id AND y.claim_slot = b.claim_slot
-                        UNION ALL
-                        SELECT x.item
-                          FROM awa.lease_claim_closures x
-                         WHERE x.batch_id = b.batch_id AND x.claim_slot = b.claim_slot) e)
+           AND (SELECT k.closed FROM awa.claim_batch_closed(b.claim_slot, b.batch_id) k)
                < cardinality(b.job_ids)
     ), candidates AS MATERIALIZED (
         SELECT b.claim_slot, b.batch_id, i.item::integer AS item, i.job_id, i.run_lease,
@@ -501,8 +475,10 @@ BEGIN
 END
 $$;
 
--- Like awa.record_rotation_outcome, plus the lock hold of a prune (NULL: this
--- prune did not get the lock, keep the last figure).
+-- Record a rotation's or a prune's outcome in awa.ring_status, with the lock
+-- hold of a prune (NULL: a rotation, or a prune that did not get the lock;
+-- the last figure is kept).  Rotation and prune share it so the counters
+-- and the "only write on a change" rule are spelled once.
 CREATE OR REPLACE FUNCTION awa.record_ring_outcome(
     p_ring text, p_action text, p_outcome text, p_slot integer, p_generation bigint,
     p_exclusive_ms double precision)

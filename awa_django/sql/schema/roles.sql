@@ -53,7 +53,7 @@ LANGUAGE sql STABLE AS $$
     WITH RECURSIVE restricted(name) AS (
         SELECT unnest(ARRAY[
             'ensure_ring_partitions', 'rotate_ring', 'prune_ring', 'prune_ring_unchecked',
-            'record_rotation_outcome', 'record_ring_outcome', 'carry_forward_and_fold', 'rescue',
+            'record_ring_outcome', 'carry_forward_and_fold', 'rescue',
             'rescue_unchecked', 'rescue_attempts', 'rescue_leases', 'promote_due_skip_busy',
             'cleanup', 'cleanup_unique_claims', 'cleanup_descriptors', 'sample_queues',
             'recheck_dependencies', 'batch_op_step', 'horizon_pinned']) COLLATE "C"
