@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import psycopg
 import pytest
@@ -129,70 +130,101 @@ def test_leader_failover():
             proc.wait(timeout=30)
 
 
-def test_pinned_horizon_loses_nothing_and_pruning_resumes(queue):
-    def status(conn):
-        return dict(
-            conn.execute(
-                "SELECT ring, truncations FROM awa.ring_status WHERE action = 'prune'"
-            ).fetchall()
-        )
+def _truncations(conn) -> dict[str, int]:
+    return dict(
+        conn.execute("SELECT ring, truncations FROM awa.ring_status WHERE action = 'prune'")
+    )
 
+
+def _came_round(conn, ring: str) -> bool:
+    """Whether ``ring`` rotated onto its last slot or further: prune's target
+    (the slot after the current one) is then a slot it sealed, not one still
+    unused."""
+    row = conn.execute(
+        "SELECT s.rotations >= c.slot_count - 1 FROM awa.ring_status s"
+        " JOIN awa.ring_config c USING (ring) WHERE s.ring = %s AND s.action = 'rotate'",
+        [ring],
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def test_pinned_horizon_loses_nothing_and_pruning_resumes(queue):
     with (
         psycopg.connect(conninfo(), autocommit=True) as observer,
         psycopg.connect(conninfo()) as pinned,
     ):
         pinned.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         pinned.execute("SELECT txid_current()")  # holds back the MVCC horizon
-        before = status(observer)
+        before = _truncations(observer)
+        # Until both rings came round: every slot prune may target was sealed
+        # after the pin.
         with override_settings(AWA=FAST):
-            produced = _produce_and_drain(queue, batches=20, per_batch=100)
+            produced = _produce_and_drain(
+                queue,
+                per_batch=100,
+                until=lambda: _came_round(observer, "queue") and _came_round(observer, "claim"),
+            )
         assert ops.queue_counts(queue)["completed"] == produced
-        during = status(observer)
+        during = _truncations(observer)
         # Nothing sealed after the pin could be truncated.
         assert during.get("queue", 0) == before.get("queue", 0)
         pinned.rollback()
 
+        def pruned_again() -> bool:
+            after = _truncations(observer)
+            return all(after.get(ring, 0) > during.get(ring, 0) for ring in ("queue", "claim"))
+
         with override_settings(AWA=FAST):
-            _produce_and_drain(queue, batches=20, per_batch=20)
-        after = status(observer)
-        assert after.get("queue", 0) > during.get("queue", 0)
-        assert after.get("claim", 0) > during.get("claim", 0)
-    assert ops.queue_counts(queue)["completed"] == produced + 400
+            produced += _produce_and_drain(queue, per_batch=20, until=pruned_again)
+        assert pruned_again()
+    assert ops.queue_counts(queue)["completed"] == produced
 
 
-def _produce_and_drain(queue: str, *, batches: int, per_batch: int) -> int:
-    """Run a worker (with maintenance) while a producer keeps enqueueing."""
+def _produce_and_drain(queue: str, *, per_batch: int, until: Callable[[], bool]) -> int:
+    """Run a worker (with maintenance) while batches of jobs keep coming,
+    until ``until()`` holds; returns how many jobs it ran.
+
+    After each batch the leader's tasks run once, so each batch is sealed in
+    a slot of its own (a rotation skips an empty slot) whatever the task
+    loops' ticks do: on a loaded machine a run timed by those ticks once
+    turned the queue ring too few times to come round, and prune, with no
+    sealed slot to aim at, had nothing to refuse or resume."""
     from django.db import connections
 
     worker = Worker(
         worker_config(queue, burst=False, maintenance=True, max_workers=64, claim_batch_size=128)
     )
-    total = batches * per_batch
 
-    def produce():
+    def produce() -> None:
         try:
-            for _ in range(batches):
-                awa_django.enqueue_many(
-                    [jobs.noop_async.using(queue=queue).prepare() for _ in range(per_batch)]
-                )
-                time.sleep(0.05)
+            awa_django.enqueue_many(
+                [jobs.noop_async.using(queue=queue).prepare() for _ in range(per_batch)]
+            )
         finally:
             connections.close_all()
 
-    async def main():
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
         running = asyncio.create_task(worker.run())
-        await asyncio.get_running_loop().run_in_executor(None, produce)
-        deadline = time.monotonic() + 120
-        while worker.completed < total and time.monotonic() < deadline:
+        elected = time.monotonic() + 60
+        while worker.maintenance is None or not worker.maintenance.is_leader:
+            assert time.monotonic() < elected, "the worker never led maintenance"
             await asyncio.sleep(0.05)
-        # Turn the rings a few more times now instead of waiting for ticks.
-        assert worker.maintenance is not None and worker.maintenance.is_leader
-        for _ in range(3):
+        total = 0
+        deadline = time.monotonic() + 120
+        while not await loop.run_in_executor(None, until):
+            assert time.monotonic() < deadline, "the rings did not get there within 120 s"
+            await loop.run_in_executor(None, produce)
+            total += per_batch
             await worker.maintenance.run_once()
+        while worker.completed < total:
+            assert time.monotonic() < deadline, f"{worker.completed} of {total} jobs ran"
+            await asyncio.sleep(0.05)
         worker.request_stop()
         await running
+        return total
 
-    asyncio.run(main())
+    total = asyncio.run(main())
     assert worker.completed == total
     return total
 

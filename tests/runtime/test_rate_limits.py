@@ -16,20 +16,36 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.xdist_group("
 
 RATE = 20.0  # jobs per second
 JOBS = 60
+# A bucket of one loses every token a claim comes late for (it cannot hold a
+# second), so on a loaded machine the lateness of each claim -- a sleep
+# overshooting, a round trip to the shared bucket -- lowered the rate the
+# workers reached below the limit's.  A bucket of four absorbs that
+# lateness; the starts it lets through at once are left out of the reading.
+BURST = 4
 
 
 def observed_rate(queue: str) -> float:
-    """Jobs per second between the first and the last start (the burst is 1)."""
+    """Jobs per second from the end of the opening burst to the last claim.
+
+    The limiter spends its tokens on claims, so the claims are what it
+    bounds: each job's ``attempted_at`` is its claim's timestamp on the
+    server.  The handler's own start is not: it comes a thread hand-off (and,
+    for a thread's first job, a new database connection) later, and on a
+    loaded machine the first starts of a run, late, bunched up and made the
+    rate read above the limit that was in fact kept.  The bucket starts full:
+    its first ``BURST`` claims may share one moment, the next ones come a
+    token at a time."""
+    claims = sorted(job.attempted_at for job in ops.list_jobs(queue=queue, limit=JOBS + 1))
+    assert len(claims) == JOBS
     labels = [f"{queue}-{n}" for n in range(JOBS)]
-    starts = sorted(Execution.objects.filter(label__in=labels).values_list("created_at", flat=True))
-    assert len(starts) == JOBS
-    return (JOBS - 1) / (starts[-1] - starts[0]).total_seconds()
+    assert Execution.objects.filter(label__in=labels).count() == JOBS  # each one ran
+    return (JOBS - BURST) / (claims[-1] - claims[BURST - 1]).total_seconds()
 
 
 def run_workers(start_worker, queue: str, scope: str, processes: int) -> float:
     for n in range(JOBS):
         record.using(queue=queue).enqueue(f"{queue}-{n}")
-    policy = {"max_workers": 4, "rate_limit": [RATE, 1], "rate_limit_scope": scope}
+    policy = {"max_workers": 4, "rate_limit": [RATE, BURST], "rate_limit_scope": scope}
     env = {"AWA_SETTINGS_JSON": json.dumps({"QUEUES": {queue: policy}})}
     workers = [
         start_worker("--queue", queue, "--burst", "--no-maintenance", env=env)
