@@ -1,6 +1,6 @@
 """One worker process: the services of the runtime wired together.
 
-Start-up claims first (see ``docs/how-to/worker-startup.md``): open the
+Start-up claims first (``docs/howto/workers.md``, "Starting"): open the
 connection pool, then, all at once, register in ``runtime_instances``,
 read the live overrides of its queues and look for stripes left beyond
 ``QUEUE_STRIPE_COUNT`` -- the three things a claim depends on -- and start
