@@ -27,27 +27,52 @@ number -- records each value through ``Histogram.record``.
 
 from __future__ import annotations
 
+import functools
 import math
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from opentelemetry import context as otel_context
 
-try:  # the SDK is part of the otel extra, but an application may bring its own
-    from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, TraceBasedExemplarFilter
-    from opentelemetry.sdk.metrics._internal.aggregation import (
+
+class _Sdk(NamedTuple):
+    histogram: type[Any]
+    # Exemplar filters that take no sample from a measurement made outside a
+    # sampled span (the telemetry thread's context is empty).
+    quiet_filters: tuple[type, ...]
+    explicit_buckets: type[Any]
+
+
+def _sdk_of(instrument: object) -> _Sdk | None:
+    """The SDK's classes if ``instrument`` is the SDK's own histogram, else None.
+
+    The instrument's module is asked before the SDK is imported: the metrics
+    SDK is a third of what telemetry adds to a worker's start-up (~150 ms on
+    a busy machine, in front of its first claim), and no instrument can be
+    the SDK's before the application has imported it.
+    """
+    if not type(instrument).__module__.startswith("opentelemetry.sdk."):
+        return None
+    sdk = _sdk()
+    return sdk if sdk is not None and type(instrument) is sdk.histogram else None
+
+
+@functools.cache
+def _sdk() -> _Sdk | None:
+    try:  # the SDK is part of the otel extra, but an application may bring its own
+        from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, TraceBasedExemplarFilter
+        from opentelemetry.sdk.metrics._internal.aggregation import (
+            _ExplicitBucketHistogramAggregation,
+        )
+        from opentelemetry.sdk.metrics._internal.instrument import _Histogram
+    except ImportError:  # pragma: no cover - exercised only with another SDK layout
+        return None
+    return _Sdk(
+        _Histogram,
+        (AlwaysOffExemplarFilter, TraceBasedExemplarFilter),
         _ExplicitBucketHistogramAggregation,
     )
-    from opentelemetry.sdk.metrics._internal.instrument import _Histogram as SdkHistogram
-except ImportError:  # pragma: no cover - exercised only without the SDK (or another layout)
-    SdkHistogram = None  # type: ignore[assignment,misc]
-
-# Exemplar filters that take no sample from a measurement made outside a
-# sampled span (the telemetry thread's context is empty).
-_QUIET_FILTERS: tuple[type, ...] = (
-    () if SdkHistogram is None else (AlwaysOffExemplarFilter, TraceBasedExemplarFilter)
-)
 
 
 class BulkHistogram:
@@ -95,7 +120,8 @@ class BulkHistogram:
         (``known_only``: None as well unless they were found before and are
         still the ones in use)."""
         instrument = self._instrument
-        if SdkHistogram is None or type(instrument) is not SdkHistogram:
+        sdk = _sdk_of(instrument)
+        if sdk is None:
             return None
         try:
             enabled = getattr(instrument, "_is_enabled", None)
@@ -103,7 +129,7 @@ class BulkHistogram:
                 return None
             consumer: Any = instrument._measurement_consumer  # private SDK layout
             exemplars: Any = consumer._sdk_config.exemplar_filter
-            quiet = isinstance(exemplars, _QUIET_FILTERS)
+            quiet = isinstance(exemplars, sdk.quiet_filters)
             if not quiet or exemplars.should_sample(0.0, 0, attributes, otel_context.get_current()):
                 return None
             matches = [
@@ -124,7 +150,7 @@ class BulkHistogram:
             return None
         located = []
         for match in matches:
-            found = _locate(match, attributes)
+            found = _locate(match, attributes, sdk.explicit_buckets)
             if found is None:
                 return None
             located.append((match, *found))
@@ -145,7 +171,9 @@ _AGGREGATION_FIELDS = (
 )
 
 
-def _locate(match: Any, attributes: Mapping[str, Any]) -> tuple[Any, Any] | None:
+def _locate(
+    match: Any, attributes: Mapping[str, Any], explicit_buckets: type[Any]
+) -> tuple[Any, Any] | None:
     """The key and the aggregation of ``attributes`` in one view match, if
     values can be added to it directly."""
     if getattr(match, "_reset_on_collect", None) is not False:
@@ -153,7 +181,7 @@ def _locate(match: Any, attributes: Mapping[str, Any]) -> tuple[Any, Any] | None
     if match._view._attribute_keys is not None:
         return None  # the view keeps only some attributes: another stream
     for aggr_key, aggregation in list(match._attributes_aggregation.items()):
-        if type(aggregation) is not _ExplicitBucketHistogramAggregation:
+        if type(aggregation) is not explicit_buckets:
             return None
         if aggregation._attributes == attributes:
             if not all(hasattr(aggregation, name) for name in _AGGREGATION_FIELDS):

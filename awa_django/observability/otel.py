@@ -59,7 +59,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
@@ -77,7 +77,7 @@ from opentelemetry.trace import (
 
 from ..domain.payload import TRACEPARENT_KEY
 from ..domain.records import DLQ, FAILED, RETRYABLE, ClaimedJob, Closure, PreparedJob
-from . import bulk, finished, idle
+from . import bulk, idle
 from . import metrics as table
 from .hooks import Observer, QueueSample
 from .otel_names import (
@@ -100,9 +100,26 @@ from .otel_names import (
 )
 from .otel_spans import ROOT, AttemptScope, LazySpan, end_parked, parse_traceparent, traceparent_of
 
+if TYPE_CHECKING:
+    from .finished import FinishedSpans
+
 log = logging.getLogger(__name__)
 
 _ERROR_TARGETS = frozenset({RETRYABLE, FAILED, DLQ})
+
+
+def _finished_for(tracer: object) -> FinishedSpans | None:
+    """:func:`.finished.for_tracer`, importing that module only for an SDK tracer.
+
+    It imports the tracing SDK, which a worker would otherwise load (~75 ms
+    on a busy machine) before its first claim; a tracer can only be the
+    SDK's once the application has imported the SDK itself.
+    """
+    if not type(tracer).__module__.startswith("opentelemetry.sdk."):
+        return None
+    from .finished import for_tracer
+
+    return for_tracer(tracer)
 
 
 def _version() -> str:
@@ -149,7 +166,7 @@ class OtelObserver(Observer):
         self._running_lock = threading.Lock()
         self._tracing = False  # a real tracer provider was seen (see scoped)
         # (provider, its tracer, that tracer's span processors, fast path or None)
-        self._finisher: tuple[Any, Any, Any, finished.FinishedSpans | None] | None = None
+        self._finisher: tuple[Any, Any, Any, FinishedSpans | None] | None = None
         # Attribute names come from the table, values from the hooks.
         self._totals = {
             m.name: Totals(*m.attributes) for m in table.ALL if m.instrument == table.COUNTER
@@ -282,7 +299,7 @@ class OtelObserver(Observer):
             start_time=start_ns,
         )
 
-    def _finished_spans(self) -> finished.FinishedSpans | None:
+    def _finished_spans(self) -> FinishedSpans | None:
         """The fast path for spans nobody touched, when the tracer allows it
         (see :mod:`.finished`); rechecked when the provider or its span
         processors change."""
@@ -295,7 +312,7 @@ class OtelObserver(Observer):
             ):
                 return found
         tracer = provider.get_tracer(SCOPE, self._version)
-        found = finished.for_tracer(tracer)
+        found = _finished_for(tracer)
         processors = getattr(getattr(tracer, "span_processor", None), "_span_processors", None)
         self._finisher = (provider, tracer, processors, found)
         return found

@@ -77,13 +77,16 @@ class Heartbeat(PeriodicService[dict[str, int]]):
         self._declared = declared
         self._registered: tuple[list[str], int] | None = None
 
-    async def register(self, queues: Sequence[str], pid: int) -> None:
+    async def register(self, queues: Sequence[str], pid: int, *, publish: bool = True) -> None:
+        """Insert this runtime's row, then (``publish``) its descriptors; a
+        worker publishes them later, beside its first claims."""
         role = "worker" if queues else "maintenance"
         await self._run(runtimes.register(self.runtime_id, socket.gethostname(), pid, queues, role))
         self._registered = (list(queues), pid)
-        await self._publish()
+        if publish:
+            await self.publish()
 
-    async def _publish(self) -> None:
+    async def publish(self) -> None:
         if self._declared is not None:
             await self._run(descriptors.sync(self.runtime_id, self._declared))
 
@@ -100,7 +103,7 @@ class Heartbeat(PeriodicService[dict[str, int]]):
                 self.runtime_id,
             )
             await self.register(*self._registered)
-        await self._publish()
+        await self.publish()
         leased = [job for job, ctx in running.values() if is_leased(ctx)]
         if leased:
             await self._run(leases.heartbeat(self.runtime_id, leased))

@@ -1,13 +1,19 @@
 """One worker process: the services of the runtime wired together.
 
-Start-up: open the connection pool, write this process's periodic
-declarations (:func:`~awa_django.cron.sync_declared`), register in
-``runtime_instances``, apply the live overrides of its queues, then run the
-notifier (LISTEN), one dispatcher per queue (with its ``claimers`` claim
-loops), the completion batcher, the heartbeat, the progress flusher, the
-override refresher and (unless ``--no-maintenance``) a maintenance-leader
-candidate.  ``--burst`` also promotes due deferred jobs itself before
-deciding the queues are empty, so it never waits on a leader.
+Start-up claims first (``docs/howto/workers.md``, "Starting"): open the
+connection pool, then, all at once, register in ``runtime_instances``,
+read the live overrides of its queues and look for stripes left beyond
+``QUEUE_STRIPE_COUNT`` -- the three things a claim depends on -- and start
+the dispatchers (one per queue, with its ``claimers`` claim loops) beside
+the notifier (LISTEN; it wakes every dispatcher once it listens), the
+completion batcher, the heartbeat, the progress flusher and the override
+refresher.  What no claim needs runs beside the first claims: the
+descriptors the console reads, this process's periodic declarations
+(:func:`~awa_django.cron.sync_declared`) and then (unless
+``--no-maintenance``) a maintenance-leader candidate, whose election and
+ring checks would otherwise sit in front of the first job.  ``--burst``
+also promotes due deferred jobs itself before deciding the queues are
+empty, so it never waits on a leader.
 
 Capacity: with ``GLOBAL_MAX_WORKERS`` the dispatchers draw their permits
 from one :class:`~.permits.WeightedPool` (floors reserved, overflow by
@@ -80,7 +86,7 @@ from .overrides import OverrideRefresher
 from .permits import Permits, SharedPermits, WeightedPool
 from .progress import ProgressFlusher
 from .promoter import Promoter
-from .service import Service
+from .service import Service, cancel_and_wait
 
 log = logging.getLogger("awa_django.worker")
 
@@ -275,24 +281,21 @@ class Worker:
             log.warning("%s", problem)
         self.leases.bind()
         await self.pool.open(wait=True)
-        await sync_declared(self._run)  # before the leader's first cron tick
-        await self._claim_leftover_stripes()
         services: list[Service] = [self.notifier, self.heartbeat, self.progress, self.overrides]
-        if self.maintenance is not None:
-            services.append(self.maintenance)
+        settling: asyncio.Task[None] | None = None
         try:
-            await self.heartbeat.register(self.config.queue_names, os.getpid())
+            await self._ready_to_claim()
             self.registered_at = time.monotonic()
             await self.completer.start()
-            await self.overrides.tick()  # claim with the live overrides from the start
             for service in services:
                 await service.start()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.notifier.listening.wait(), timeout=5)
+            # No wait for LISTEN: the notifier wakes every dispatcher once it
+            # listens, so a job enqueued before then is claimed at that moment.
             self.dispatching = dispatching = [
                 asyncio.create_task(d.run(), name=f"awa-dispatch-{d.name}")
                 for d in self.dispatchers
             ]
+            settling = asyncio.create_task(self._settle(services), name="awa-settle")
             log.info(
                 "worker %s started on queues %s",
                 self.config.runtime_id,
@@ -307,6 +310,8 @@ class Worker:
                 await self.stopping.wait()
             clean = await self._wind_down(dispatching)
         finally:
+            # First: it may still be adding the maintenance candidate to services.
+            await cancel_and_wait(settling)
             for service in reversed(services):
                 with contextlib.suppress(Exception):
                     await service.stop()
@@ -329,6 +334,46 @@ class Worker:
             self.handed_back,
         )
         return 0 if clean else 1
+
+    async def _ready_to_claim(self) -> None:
+        """What the first claim depends on, all at once.
+
+        This runtime's row, because the leader rescues the attempts of a
+        runtime it does not find registered; the live overrides, because a
+        queue an operator paused must not be claimed even once; and the
+        stripes beyond ``QUEUE_STRIPE_COUNT`` that still hold jobs.  Each is
+        one statement on its own pooled connection.  The first failure is
+        raised once all three have ended, so none outlives the pool.
+        """
+        results = await asyncio.gather(
+            self.heartbeat.register(self.config.queue_names, os.getpid(), publish=False),
+            self.overrides.tick(),
+            self._claim_leftover_stripes(),
+            return_exceptions=True,
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+    async def _settle(self, services: list[Service]) -> None:
+        """Start-up work no claim waits for, run beside the first claims.
+
+        The descriptors the console reads, this process's periodic
+        declarations and the maintenance candidate (its election, then, as
+        leader, the ring checks of its term) only compete with the first
+        claim for the loop and the database, so they start once the
+        dispatchers have: a worker that starts claims as soon as it is
+        registered.  The declarations are written before the candidate
+        starts, so a leader's first cron tick sees them.
+        """
+        try:
+            await self.heartbeat.publish()
+        except psycopg.Error as exc:
+            log.warning("descriptors not published (the next heartbeat tries again): %s", exc)
+        await sync_declared(self._run)
+        if self.maintenance is not None:
+            services.append(self.maintenance)  # stopped with the others, even if cut short
+            await self.maintenance.start()
 
     async def _wind_down(self, dispatching: list[asyncio.Task[None]]) -> bool:
         """Steps 1-4 of the shutdown within their bound; False if it was hit."""
@@ -469,9 +514,8 @@ def run_worker(config: WorkerConfig, health_slot: HealthSlot | None = None) -> i
 
 @contextlib.contextmanager
 def startup_heap_frozen(enabled: bool = True) -> Iterator[None]:
-    """Collect once, then keep every object alive now out of the collector's
-    way until the block ends (``AWA["WORKER_GC_FREEZE"]``; no-op when not
-    ``enabled``).
+    """Keep every object alive now out of the collector's way until the block
+    ends (``AWA["WORKER_GC_FREEZE"]``; no-op when not ``enabled``).
 
     What a worker process holds once it has started -- Django, the
     application's modules, the job registry -- lives as long as the process,
@@ -481,11 +525,15 @@ def startup_heap_frozen(enabled: bool = True) -> Iterator[None]:
     collected as before.  At the end the objects go back to the collector
     (``gc.unfreeze()``), so a process that goes on, a test run calling the
     benchmark say, loses nothing.
+
+    No full collection first: it walks the whole start-up heap (70,000
+    objects in the benchmark's project, 30-200 ms before the first claim
+    depending on the machine's load) to find a few dozen cyclic objects
+    left over from imports, which the freeze then keeps until the block ends.
     """
     if not enabled:
         yield
         return
-    gc.collect()
     gc.freeze()
     try:
         yield

@@ -1,10 +1,23 @@
-"""Worker start-up names every setting that is accepted but has no effect yet."""
+"""Worker start-up: what it warns about, and that nothing it does not need
+sits in front of its first claim (issue 31: start to first claim)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
+from testapp import jobs
+
+from awa_django import ops
+from awa_django.runtime import worker as worker_module
+from awa_django.runtime.maintenance import Maintenance
+from awa_django.runtime.worker import Worker
+from tests.conftest import ROOT, database_url, worker_config
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -21,3 +34,97 @@ def test_worker_with_default_settings_warns_about_nothing(queue, start_worker, r
     worker = start_worker("--queue", queue, "--burst", "--no-maintenance")
     assert worker.wait(timeout=60) == 0
     assert "no effect yet" not in worker.output()
+
+
+def test_the_first_claim_waits_for_no_declaration_sync_and_no_election(
+    queue, reset_awa, monkeypatch
+):
+    """The periodic declarations' sync never returns here, and the
+    maintenance candidate starts only after it: a worker that waited for
+    either before claiming would never run the job."""
+    ref = jobs.plain.using(queue=queue).enqueue(20, b=22)
+    syncing = []
+    elections = []
+
+    async def sync_forever(run):
+        syncing.append(True)
+        await asyncio.Event().wait()
+
+    async def start_candidate(self):
+        elections.append(True)
+
+    monkeypatch.setattr(worker_module, "sync_declared", sync_forever)
+    monkeypatch.setattr(Maintenance, "start", start_candidate)
+    worker = Worker(worker_config(queue, maintenance=True))
+    code = asyncio.run(asyncio.wait_for(worker.run(), 60))
+
+    assert code == 0
+    assert ops.get_job(ref.id).return_value == 42
+    assert syncing == [True]  # the sync did start, beside the claims
+    assert elections == []  # and the candidate waited behind it
+
+
+def test_a_worker_registers_and_reads_its_overrides_before_it_claims(queue, reset_awa, monkeypatch):
+    """The leader rescues the attempts of a runtime it does not find
+    registered, and a paused queue must not be claimed even once: both are
+    done before any dispatcher exists, not beside the first claims."""
+    jobs.plain.using(queue=queue).enqueue(1)
+    worker = Worker(worker_config(queue))
+    dispatching_when_done = {}
+
+    def noting(name, original):
+        async def step(*args, **kwargs):
+            result = await original(*args, **kwargs)
+            dispatching_when_done.setdefault(name, list(worker.dispatching))
+            return result
+
+        return step
+
+    monkeypatch.setattr(worker.heartbeat, "register", noting("register", worker.heartbeat.register))
+    monkeypatch.setattr(worker.overrides, "tick", noting("overrides", worker.overrides.tick))
+    assert asyncio.run(asyncio.wait_for(worker.run(), 60)) == 0
+    assert worker.completed == 1
+    assert dispatching_when_done == {"register": [], "overrides": []}
+
+
+IMPORTS_OF_A_BURST = """
+import json, os, sys
+import django
+from django.core.management import call_command
+
+django.setup()
+from testapp import jobs
+
+jobs.plain.using(queue=os.environ["TEST_QUEUE"]).enqueue(1)
+call_command("awa_worker", "--burst", "--queue", os.environ["TEST_QUEUE"])
+print(json.dumps(sorted(sys.modules)))
+"""
+
+#: What a worker without ``--health-addr``, ``--processes`` or an SDK
+#: configured by the application must not import: each costs start-up time.
+NOT_AT_START = ("opentelemetry.sdk", "prometheus_client", "rich", "awa_django.runtime.supervisor")
+
+
+def test_a_worker_imports_no_optional_machinery_it_was_not_asked_for(queue, reset_awa):
+    env = dict(
+        os.environ,
+        DATABASE_URL=database_url(),
+        DJANGO_SETTINGS_MODULE="testproject.settings",
+        PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "testproject")]),
+        TEST_QUEUE=queue,
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(IMPORTS_OF_A_BURST)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    # The control: telemetry is on ("auto", the API is installed), so the
+    # observer and its API are there; only the optional parts are not.
+    assert "awa_django.observability.otel" in loaded
+    unwanted = [m for m in loaded if any(m == n or m.startswith(n + ".") for n in NOT_AT_START)]
+    assert unwanted == []

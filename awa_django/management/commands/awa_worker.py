@@ -1,4 +1,14 @@
-"""``manage.py awa_worker``: run worker processes for the configured queues."""
+"""``manage.py awa_worker``: run worker processes for the configured queues.
+
+No system checks before the worker starts (``requires_system_checks``):
+they validate the whole project -- models, admin, templates, and the URLconf,
+which the check of the callback receiver imports with every view behind
+it -- and all of that would sit in front of the first claim, on every
+restart.  What a worker depends on is validated here anyway: invalid
+``AWA`` settings stop it with their keys named, and settings that have no
+effect yet are logged as it starts.  ``manage.py check`` (and ``migrate``,
+``runserver``) report the rest, as in a deploy pipeline.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +17,7 @@ import importlib
 import logging
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from awa_django import ops
@@ -17,6 +28,7 @@ from awa_django.runtime.config import build_config
 
 
 class Command(BaseCommand):
+    requires_system_checks: list[str] = []  # see the module docstring
     help = (
         "Run awa workers: claim and execute jobs of the selected queues until SIGTERM/SIGINT "
         "(or, with --burst, until they are empty). Example: "
@@ -87,16 +99,26 @@ class Command(BaseCommand):
             "Default: AWA['HEALTH_ADDR'] (unset: no listener).",
         )
         add_database_argument(parser)
+        # Django adds --skip-checks only to commands that run checks; an
+        # existing deployment may still pass it.
+        parser.add_argument(
+            "--skip-checks",
+            action="store_true",
+            help="Accepted for compatibility: the worker runs no system checks at start "
+            "(run manage.py check in your deploy pipeline).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from awa_django.runtime.supervisor import Supervisor
         from awa_django.runtime.worker import run_worker
 
         if options["processes"] < 1:
             raise CommandError("--processes must be at least 1")
         if options["shutdown_timeout"] < 0:
             raise CommandError("--shutdown-timeout must not be negative")
-        settings = awa_settings()
+        try:
+            settings = awa_settings()
+        except ImproperlyConfigured as exc:
+            raise CommandError(f"invalid AWA settings (manage.py check says more): {exc}") from None
         database = options["database"] or settings.database
         try:
             config = build_config(
@@ -135,6 +157,8 @@ class Command(BaseCommand):
         _default_logging(options["verbosity"])
 
         if options["processes"] > 1:
+            from awa_django.runtime.supervisor import Supervisor
+
             code = Supervisor(config, options["processes"]).run()
         else:
             code = run_worker(config)
