@@ -1,16 +1,21 @@
 """The dispatcher's closing side: attempts that finished, and their permits.
 
 A dispatcher hands the closures of attempts that finished together to the
-completer as one group (:meth:`Closer._close_group`), frees their permits
-the moment it does, and counts the closures not yet durable so that its
-claim loops stop claiming while too many wait (``_unflushed``).  An attempt
-that had to wait closes on its own (:meth:`Closer._finish`); the results of
-handler threads that came back together close together
-(:meth:`Closer._flush_threads`); one that parked
-or closed itself in its own transaction is only accounted for
-(:meth:`Closer._record`).  Either way :meth:`Closer._forget` drops it from
-the in-flight set, and the claim's :class:`ClaimBatch` cancels its deadline
-timer once its last job is done.
+completer as one group (:meth:`Closer._close_group`) and frees their
+permits the moment it does, counting the closures not yet durable so that
+its claim loops stop claiming while too many wait (``_unflushed``).  The
+results of handler threads that came back together close together
+(:meth:`Closer._flush_threads`); an attempt that had to wait closes as a
+group of one once it is done (:meth:`Closer._finish`).  One that parked or
+closed itself in its own transaction has nothing to hand over
+(:meth:`Closer._kept`), and one that could not be run or closed is dropped
+(:meth:`Closer._forget`).
+
+However an attempt ended, :meth:`Closer._ended` is where it is accounted
+for: it leaves the in-flight set, its permit and its concurrency slot come
+back, a fallback the completer wrote instead of its closure stands for it,
+observers hear of it, and the claim's :class:`ClaimBatch` cancels its
+deadline timer once its last job is done.
 
 Kept apart from :mod:`.dispatcher` (claim loops and starting attempts) so
 each reads on its own; :class:`~.dispatcher.Dispatcher` is the one class
@@ -22,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import Any, Protocol, cast
 
 from ..context import JobContext
@@ -31,7 +36,7 @@ from ..domain.records import ClaimedJob, Closure
 from ..jobs import Job
 from ..observability.hooks import observers
 from .atomic import Settled
-from .completer import Completer, Replaced
+from .completer import Completer, Outcome, Replaced
 from .config import QueuePolicy
 from .permits import Permits, SharedPermits
 
@@ -157,8 +162,9 @@ class Closer:
         began: float,
         attempts: list[_ThreadAttempt] | None = None,
     ) -> None:
-        """Write the closures of attempts that finished together; their permits
-        are free from the moment the closures are handed over."""
+        """Write the closures of attempts that finished together (or of one
+        that finished on its own); their permits are free from the moment
+        the closures are handed over."""
         count = len(finished)
         self.permits.release(count)
         self._unflushed += count
@@ -176,6 +182,27 @@ class Closer:
         finally:
             self._unflushed -= count
             self._flushed.set()
+        self._ended(finished, outcomes, batch, began)
+        for attempt in attempts or ():
+            attempt.settle()
+
+    def _ended(
+        self,
+        finished: Sequence[tuple[ClaimedJob, Closure | None]],
+        outcomes: Sequence[Outcome],
+        batch: ClaimBatch,
+        began: float,
+        *,
+        release: int = 0,
+    ) -> None:
+        """The end of attempts of one claim, accounted for in this one place
+        however they ended: each leaves the in-flight set, ``release``
+        permits come back (those not freed when closures were handed over),
+        and the claim's batch counts them done.  An attempt with an outcome
+        (``outcomes[i]`` for ``finished[i]``; none when it was dropped or
+        parked, or its write failed) frees its concurrency slot, is reported
+        with the closure the database kept (a :class:`Replaced` one's
+        fallback) and whether it applied."""
         inflight = self.inflight
         closes: list[tuple[ClaimedJob, Closure, bool]] = []
         for index, (job, closure) in enumerate(finished):
@@ -193,37 +220,33 @@ class Closer:
             if type(outcome) is Replaced:  # its fallback was written instead
                 closes.append((job, outcome.closure, outcome.applied))
             else:
-                closes.append((job, closure, cast("bool", outcome)))
+                closes.append((job, cast("Closure", closure), cast("bool", outcome)))
+        if release:
+            self.permits.release(release)
         if closes and observers.active:
             observers.closed_many(closes, time.perf_counter() - began)
-        for attempt in attempts or ():
-            attempt.settle()
-        batch.finished(count)
+        batch.finished(len(finished))
         if not inflight:
             self._quiet.set()
 
-    def _record(self, job: ClaimedJob, outcome: Settled | None, began: float) -> None:
-        """Account for an attempt that parked (None) or closed itself (atomic)."""
+    def _kept(
+        self, job: ClaimedJob, outcome: Settled | None, batch: ClaimBatch, began: float
+    ) -> None:
+        """The end of an attempt with nothing to hand over: it parked (None;
+        the lease holds it, its permit is free) or closed itself (atomic)."""
         if outcome is None:
             if observers.active:
-                observers.parked(job)  # the lease holds the attempt, the slot is free
-            return
-        applied = self._completer.settled(outcome)
-        if CONCURRENCY_KEY in job.metadata:
-            self._slot_freed.set()
-        if observers.active:
-            observers.closed(job, outcome.closure, applied, time.perf_counter() - began)
+                observers.parked(job)
+            self._forget(job, batch)
+        else:
+            applied = self._completer.settled(outcome)
+            self._ended(((job, outcome.closure),), (applied,), batch, began, release=1)
 
-    def _forget(self, job: ClaimedJob, batch: ClaimBatch, *, release: bool = True) -> None:
-        """The attempt is no longer this worker's: drop it, and free its
-        permit unless that was done when its closure was handed over."""
-        inflight = self.inflight
-        inflight.pop((job.job_id, job.run_lease, job.claim_nonce), None)
-        if release:
-            self.permits.release()
-        batch.finished(1)
-        if not inflight:
-            self._quiet.set()
+    def _forget(self, job: ClaimedJob, batch: ClaimBatch) -> None:
+        """The attempt is no longer this worker's, with nothing to account
+        for (it parked, or could not be run or closed): drop it and free
+        its permit."""
+        self._ended(((job, None),), (), batch, 0.0, release=1)
 
     async def _finish(
         self,
@@ -234,32 +257,15 @@ class Closer:
         began: float,
     ) -> None:
         """The rest of an attempt that had to wait, then its own close."""
-        released = False
         try:
             outcome = await rest
             if type(outcome) is Closure:
-                self.permits.release()
-                released = True
-                self._unflushed += 1
-                try:
-                    (answer,) = await self._completer.submit_group([outcome])
-                finally:
-                    self._unflushed -= 1
-                    self._flushed.set()
-                if isinstance(answer, Exception):
-                    raise answer
-                if type(answer) is Replaced:  # its fallback was written instead
-                    outcome, answer = answer.closure, answer.applied
-                applied = cast("bool", answer)
-                if CONCURRENCY_KEY in job.metadata:
-                    self._slot_freed.set()
-                if observers.active:
-                    observers.closed(job, outcome, applied, time.perf_counter() - began)
+                await self._close_group([(job, outcome)], batch, began)
             else:
-                self._record(job, cast("Settled | None", outcome), began)
+                self._kept(job, cast("Settled | None", outcome), batch, began)
+            return
         except asyncio.CancelledError:
             pass
         except Exception:
             log.exception("job %s (%s): could not record its outcome", job.job_id, job.kind)
-        finally:
-            self._forget(job, batch, release=not released)
+        self._forget(job, batch)

@@ -60,10 +60,11 @@ from ..storage import rate as rate_store
 from ..storage.attempts import claim, claim_nonce
 from . import eager
 from .atomic import Settled
+from .attempt import MustWait, definition_for, finish, step
 from .closing import ClaimBatch, Closer, _ThreadAttempt
 from .completer import Completer
 from .config import QueuePolicy
-from .executor import Executor, MustWait, context_for, definition_for
+from .executor import Executor, context_for
 from .leases import LeaseHub
 from .pacing import TokenBucket, WakeupBackoff, fleet_rate, local_rate
 from .permits import Permits, SharedPermits
@@ -437,8 +438,7 @@ class Dispatcher(Closer):
             elif type(value) is Closure:
                 finished.append((job, value))
             else:
-                self._record(job, cast("Settled | None", value), began)
-                self._forget(job, batch)
+                self._kept(job, cast("Settled | None", value), batch, began)
         if finished:
             await self._close_group(finished, batch, began)
 
@@ -450,18 +450,18 @@ class Dispatcher(Closer):
         bunch, closed together (see :meth:`_flush_threads`); one that has to
         wait (a callback to park on) carries on in a task."""
         job, ctx, batch = attempt.job, attempt.ctx, attempt.batch
-        executor, definition, dlq = self._executor, attempt.definition, self.policy.dlq
         try:
-            closure = executor.finish_thread_at_once(definition, job, ctx, value, error, dlq=dlq)
+            dlq = attempt.definition.dlq_for(job.metadata, self.policy.dlq)
+            end = step(job, ctx, value, error, dlq=dlq)
         except BaseException:
             log.exception("job %s (%s): could not record its outcome", job.job_id, job.kind)
             self._forget(job, batch)
             attempt.settle()
             return
-        if closure is MustWait:
+        if end is MustWait:
             # A callback to park on, or a registration still settling: that
             # waits on the database, in a task of its own.
-            rest = executor.finish_thread(definition, job, ctx, value, error, dlq=dlq)
+            rest = finish(job, ctx, value, error, dlq=dlq)
             task = asyncio.get_running_loop().create_task(
                 self._finish(job, ctx, batch, rest, attempt.began)
             )
@@ -470,4 +470,4 @@ class Dispatcher(Closer):
             return
         if not self._from_threads:
             asyncio.get_running_loop().call_soon(self._flush_threads)
-        self._from_threads.append((attempt, cast("Closure", closure)))
+        self._from_threads.append((attempt, cast("Closure", end)))

@@ -37,19 +37,20 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections import deque
-from typing import Any
+from typing import Any, cast
 
 from asgiref.sync import async_to_sync
 from django.db import DatabaseError
 
 from ..conf import AwaSettings, awa_settings
 from ..domain import clock
-from ..domain.closures import completed, handed_back, raised
+from ..domain.closures import handed_back
 from ..domain.payload import check_queue
 from ..domain.records import DLQ, ClaimedJob, Closure
 from ..domain.stripes import logical_queue, physical_queues
 from ..runtime.atomic import Settled, close_in_transaction
-from ..runtime.executor import context_for, definition_for, with_progress
+from ..runtime.attempt import MustWait, definition_for, step
+from ..runtime.executor import context_for
 from ..runtime.handlers import call_handler
 from ..storage import testing as testing_store
 from ..storage.attempts import claim, close_attempts
@@ -173,21 +174,29 @@ def _run_pass(
 
 
 def _run_one(job: ClaimedJob, settings: AwaSettings, database: str | None) -> Closure | Settled:
+    """Run ``job``'s handler here and now; its end is the worker's own
+    (:func:`awa_django.runtime.attempt.step`)."""
     queue_dlq = settings.dlq_enabled(job.queue)
     definition = definition_for(job, dlq=queue_dlq)
     if isinstance(definition, Closure):
         return definition
-    dlq = definition.dlq_for(job.metadata, queue_dlq)
     ctx = context_for(job)
+    error: Exception | None = None
     try:
         if definition.atomic:
-            return close_in_transaction(definition, ctx, job, database)
-        value = call_handler(definition, ctx, job)
-        if definition.is_async:
-            value = async_to_sync(_awaited)(value)
+            value: Any = close_in_transaction(definition, ctx, job, database)
+        else:
+            value = call_handler(definition, ctx, job)
+            if definition.is_async:
+                value = async_to_sync(_awaited)(value)
     except Exception as exc:
-        return with_progress(raised(job, exc, dlq=dlq), ctx)
-    return completed(job, value)
+        value, error = None, exc
+    end = step(job, ctx, value, error, dlq=definition.dlq_for(job.metadata, queue_dlq))
+    if end is MustWait:
+        # Only an attempt with a lease waits (to park, or for a registration
+        # to settle); a drained one has none: its context has no lease hub.
+        raise RuntimeError(f"job {job.job_id}: a drained attempt cannot wait on a lease")
+    return cast("Closure | Settled", end)
 
 
 async def _awaited(coroutine: Any) -> Any:
