@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 from django.core.management import call_command
-from django.core.management.base import SystemCheckError
+from django.core.management.base import CommandError, SystemCheckError
 from django.test import override_settings
 
 from awa_django import conf
@@ -113,6 +113,20 @@ def test_check_requires_a_postgresql_database():
     with override_settings(AWA={"DATABASE": "missing"}), pytest.raises(SystemCheckError) as exc:
         call_command("check")
     assert "awa_django.E002" in str(exc.value)
+
+
+def test_the_worker_runs_the_awa_settings_checks_itself():
+    """awa_worker skips the project's system checks (they would sit before its
+    first claim) but not awa_django's own: an error stops it before it
+    connects, a warning is printed."""
+    with override_settings(AWA={"DATABASE": "missing"}):
+        with pytest.raises(CommandError, match=r"awa_django\.E002"):
+            call_command("awa_worker", "--burst", stderr=io.StringIO())
+    with override_settings(AWA={"HEARTBEAT_INTERVAL": 10, "HEARTBEAT_STALENESS": 25}):
+        stderr = io.StringIO()
+        with pytest.raises(CommandError, match="awa_no_such_module"):  # after the checks
+            call_command("awa_worker", "--burst", "--import", "awa_no_such_module", stderr=stderr)
+        assert "awa_django.W003" in stderr.getvalue()
 
 
 # A valid value other than the default for each key the registry may hold.

@@ -6,8 +6,11 @@ which the check of the callback receiver imports with every view behind
 it -- and all of that would sit in front of the first claim, on every
 restart.  What a worker depends on is validated here anyway: invalid
 ``AWA`` settings stop it with their keys named, and settings that have no
-effect yet are logged as it starts.  ``manage.py check`` (and ``migrate``,
-``runserver``) report the rest, as in a deploy pipeline.
+effect yet are logged as it starts, and awa_django's own configuration
+checks (:func:`awa_django.checks.check_settings`: the database alias, the
+telemetry extra, heartbeat and capacity warnings) run here, cheaply: an
+error stops the worker, a warning is printed.  ``manage.py check`` (and
+``migrate``, ``runserver``) report the rest, as in a deploy pipeline.
 """
 
 from __future__ import annotations
@@ -119,6 +122,7 @@ class Command(BaseCommand):
             settings = awa_settings()
         except ImproperlyConfigured as exc:
             raise CommandError(f"invalid AWA settings (manage.py check says more): {exc}") from None
+        self._check_settings()
         database = options["database"] or settings.database
         try:
             config = build_config(
@@ -164,6 +168,17 @@ class Command(BaseCommand):
             code = run_worker(config)
         if code:
             raise SystemExit(code)
+
+    def _check_settings(self) -> None:
+        """awa_django's configuration checks, without the rest of the project's."""
+        from awa_django.checks import check_settings
+
+        messages = [m for m in check_settings() if m.id != "awa_django.W001"]  # W001: logged
+        errors = [m for m in messages if m.is_serious()]
+        if errors:
+            raise CommandError("; ".join(f"{m.id}: {m.msg}" for m in errors))
+        for message in messages:
+            self.stderr.write(f"awa_worker: {message.id}: {message.msg}")
 
 
 def _default_logging(verbosity: int) -> None:
