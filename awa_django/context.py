@@ -23,7 +23,7 @@ from .exceptions import InvalidJob
 
 
 class AttemptControl(Protocol):
-    """What the runtime lets a context do beyond memory (``awa_django.runtime.leases``):
+    """What the runtime lets a context do beyond memory (``awa_django.runtime.completion.leases``):
     escalate the attempt to a lease, register and wait for callbacks."""
 
     def register_callback(self, timeout: float) -> uuid.UUID: ...
@@ -41,7 +41,7 @@ class AttemptControl(Protocol):
 
 class ControlSource(Protocol):
     """Builds an attempt's :class:`AttemptControl` the first time a handler
-    needs one (``awa_django.runtime.leases.LeaseHub``)."""
+    needs one (``awa_django.runtime.completion.leases.LeaseHub``)."""
 
     def control(self, job: Any, ctx: JobContext) -> AttemptControl: ...
 

@@ -56,7 +56,7 @@ def main() -> None:
     from awa_django.conf import awa_settings
     from awa_django.management.bench import noop_async
     from awa_django.runtime.config import build_config
-    from awa_django.runtime.worker import Worker
+    from awa_django.runtime.process.worker import Worker
     from awa_django.storage.base import run
     from awa_django.storage.connection import conninfo
     from awa_django.storage.status import storage_status

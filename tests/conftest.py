@@ -24,7 +24,7 @@ from django.db import connection
 
 from awa_django.conf import awa_settings
 from awa_django.runtime.config import build_config
-from awa_django.runtime.worker import Worker
+from awa_django.runtime.process.worker import Worker
 from awa_django.storage.connection import conninfo
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -18,11 +18,11 @@ from .findings import Finding, Limits, Severity
 #: connection delivers it in milliseconds; two seconds is generous.
 NOTIFY_TIMEOUT = 2.0
 
-#: Connections of the maintenance leader's task pool (``runtime/maintenance.py``):
+#: Connections of the maintenance leader's task pool (``runtime/leadership/maintenance.py``):
 #: open on one process at a time, the one that leads.
 MAINTENANCE_POOL = 8
 #: Connections of a worker's pool beyond one per claim loop: completer,
-#: heartbeat, overrides, progress (``runtime/worker.py``).
+#: heartbeat, overrides, progress (``runtime/process/worker.py``).
 WORKER_POOL_SERVICES = 4
 
 
@@ -31,7 +31,7 @@ def worker_connections(settings: AwaSettings) -> dict[str, int]:
     declared queue) may open at once, by purpose."""
     config = build_config(settings, "")
     return {
-        # One per claim loop plus the services' (runtime/worker.py).
+        # One per claim loop plus the services' (runtime/process/worker.py).
         "pool": sum(policy.queue.claimers for policy in config.queues) + WORKER_POOL_SERVICES,
         # Each sync handler thread may hold a Django connection.
         "handler_threads": config.total_permits,

@@ -198,7 +198,7 @@ def handed_back(job: ClaimedJob | OpenReceipt, *, counted: bool = False) -> Clos
     Counting orphans is what bounds the hand-backs of one attempt: a job
     whose every closure were refused would otherwise come back at the same
     attempt forever; counted, it reaches ``max_attempts`` and is then
-    failed without running (:func:`~awa_django.runtime.attempt.definition_for`).  The price
+    failed without running (:func:`~awa_django.runtime.attempts.attempt.definition_for`).  The price
     is one attempt for a claim whose answer was lost, which is rare.
 
     A counted hand-back appends a :data:`HANDED_BACK` entry to the error

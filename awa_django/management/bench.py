@@ -21,7 +21,7 @@ storage and runtime internals: they live in the repository's ``bench/stages``
 and are not part of the package.
 
 One internal stays here, for figures no public entry point gives: the
-drain runs :class:`~awa_django.runtime.worker.Worker` objects in this
+drain runs :class:`~awa_django.runtime.process.worker.Worker` objects in this
 process (``awa_worker`` in a subprocess would hide their claim counters and
 memory).  The PostgreSQL figures come through ``awa_django.ops``
 (:func:`~awa_django.ops.table_stats`, :func:`~awa_django.ops.server_counters`
@@ -48,8 +48,8 @@ from awa_django.conf import awa_settings
 
 # Internals, see the module docstring: in-process workers and their counters ...
 from awa_django.runtime.config import WorkerConfig, build_config
-from awa_django.runtime.supervisor import Supervisor
-from awa_django.runtime.worker import Worker
+from awa_django.runtime.process.supervisor import Supervisor
+from awa_django.runtime.process.worker import Worker
 
 #: The module bench workers import (``--processes`` children too): the no-op jobs.
 BENCH_IMPORT = "awa_django.management.bench"

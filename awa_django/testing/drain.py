@@ -48,10 +48,10 @@ from ..domain.closures import handed_back
 from ..domain.payload import check_queue
 from ..domain.records import DLQ, ClaimedJob, Closure
 from ..domain.stripes import logical_queue, physical_queues
-from ..runtime.atomic import Settled, close_in_transaction
-from ..runtime.attempt import MustWait, definition_for, step
-from ..runtime.executor import context_for
-from ..runtime.handlers import call_handler
+from ..runtime.attempts.atomic import Settled, close_in_transaction
+from ..runtime.attempts.attempt import MustWait, definition_for, step
+from ..runtime.attempts.executor import context_for
+from ..runtime.attempts.handlers import call_handler
 from ..storage import testing as testing_store
 from ..storage.attempts import claim, close_attempts
 from ..storage.base import run
@@ -175,7 +175,7 @@ def _run_pass(
 
 def _run_one(job: ClaimedJob, settings: AwaSettings, database: str | None) -> Closure | Settled:
     """Run ``job``'s handler here and now; its end is the worker's own
-    (:func:`awa_django.runtime.attempt.step`)."""
+    (:func:`awa_django.runtime.attempts.attempt.step`)."""
     queue_dlq = settings.dlq_enabled(job.queue)
     definition = definition_for(job, dlq=queue_dlq)
     if isinstance(definition, Closure):

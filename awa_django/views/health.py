@@ -15,7 +15,7 @@ The checks are cheap on purpose -- no ORM model, no table scan: probes run
 every few seconds on every instance.
 
 These are the probes of a web process.  A worker answers its own on its
-health listener (``awa_worker --health-addr``, :mod:`awa_django.runtime.health`),
+health listener (``awa_worker --health-addr``, :mod:`awa_django.runtime.health.listener`),
 where liveness is its event loop and readiness adds what only the worker
 knows (registered, dispatching, not shutting down).  :func:`workers_serving`
 is deliberately not a web readiness check: a site whose workers are down

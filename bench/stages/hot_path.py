@@ -36,9 +36,9 @@ from awa_django.management.bench import (
     percentiles,
     worker_config,
 )
-from awa_django.runtime.completer import CompletionEvent
+from awa_django.runtime.completion.completer import CompletionEvent
 from awa_django.runtime.config import build_config
-from awa_django.runtime.worker import Worker
+from awa_django.runtime.process.worker import Worker
 from awa_django.storage.attempts import claim, close_attempts
 from awa_django.storage.base import Execute, Operation, SyncRunner, run
 from awa_django.storage.connection import alias_for, conninfo

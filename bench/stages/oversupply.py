@@ -45,7 +45,7 @@ from awa_django.management.bench import (
     until_listening,
     worker_config,
 )
-from awa_django.runtime.worker import Worker
+from awa_django.runtime.process.worker import Worker
 
 #: Jobs per ``enqueue_many`` call of a producer.
 BATCH_SIZE = 100

@@ -448,7 +448,7 @@ def held(ctx, timeout: float = 30.0) -> bool:
 @job(kind="testapp.lease_state", takes_context=True)
 async def lease_state(ctx) -> bool:
     """Whether the attempt runs under a lease (a ``long_running`` queue's do)."""
-    from awa_django.runtime.leases import is_leased
+    from awa_django.runtime.completion.leases import is_leased
 
     return is_leased(ctx)
 

@@ -1,5 +1,5 @@
 """``@job(atomic=True)``: the handler's writes, its follow-up jobs and its completion
-commit together or not at all (see ``awa_django/runtime/atomic.py``).
+commit together or not at all (see ``awa_django/runtime/attempts/atomic.py``).
 
 Real PostgreSQL and real workers throughout: in-process workers
 (``run_burst``, a ``Worker`` with its leader) where a test reads the worker's
@@ -21,7 +21,7 @@ from testapp.models import Execution
 
 from awa_django import job, ops
 from awa_django.jobs import registry
-from awa_django.runtime.worker import Worker
+from awa_django.runtime.process.worker import Worker
 from awa_django.testing import drain, enqueued_jobs
 from docs.examples import atomic_handlers
 from tests.conftest import FAST_RESCUE, run_burst, wait_for, worker_config

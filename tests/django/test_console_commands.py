@@ -28,7 +28,7 @@ from awa_django import ops
 from awa_django.cron import CronSchedule, PeriodicJob, schedules
 from awa_django.domain.descriptors import Declared, Descriptor
 from awa_django.management import output
-from awa_django.runtime.leader import session_name
+from awa_django.runtime.leadership.leader import session_name
 from awa_django.storage import attempts
 from awa_django.storage import descriptors as descriptor_store
 from awa_django.storage import runtimes as runtime_store

@@ -47,8 +47,8 @@ from awa_django.doctor import (
 )
 from awa_django.management.commands.awa_doctor import Command
 from awa_django.runtime.config import build_config
-from awa_django.runtime.maintenance import Maintenance
-from awa_django.runtime.worker import Worker
+from awa_django.runtime.leadership.maintenance import Maintenance
+from awa_django.runtime.process.worker import Worker
 from awa_django.storage import SyncRunner
 from awa_django.storage import maintenance as maintenance_store
 from awa_django.storage import queues as queue_store

@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from awa_django.runtime.leader import Leader, LeaderConfig, depose_after
+from awa_django.runtime.leadership.leader import Leader, LeaderConfig, depose_after
 from awa_django.storage.connection import conninfo
 
 pytestmark = pytest.mark.django_db(transaction=True)

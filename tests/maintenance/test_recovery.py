@@ -19,7 +19,7 @@ from testapp.models import Execution
 
 import awa_django
 from awa_django import ops
-from awa_django.runtime.worker import Worker
+from awa_django.runtime.process.worker import Worker
 from awa_django.storage import SyncRunner, maintenance
 from awa_django.storage.connection import conninfo
 from tests.conftest import ROOT, database_url, wait_for, worker_config

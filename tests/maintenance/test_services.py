@@ -19,8 +19,8 @@ import pytest
 from awa_django.conf import parse_settings
 from awa_django.domain.records import JobInfo
 from awa_django.runtime.config import MaintenanceConfig
-from awa_django.runtime.leader import session_name
-from awa_django.runtime.maintenance import Maintenance
+from awa_django.runtime.leadership.leader import session_name
+from awa_django.runtime.leadership.maintenance import Maintenance
 from awa_django.storage import SyncRunner
 from awa_django.storage.connection import conninfo
 from awa_django.storage.enqueue import enqueue_one
@@ -189,7 +189,7 @@ def test_a_prune_waits_for_a_wide_read_in_progress_and_never_runs_beside_it(rese
     from psycopg_pool import AsyncConnectionPool
 
     from awa_django.runtime.config import PeriodicConfig
-    from awa_django.runtime.maintenance import PruneTurns, Rescuer, RingTask
+    from awa_django.runtime.leadership.maintenance import PruneTurns, Rescuer, RingTask
     from awa_django.storage import AsyncRunner
 
     m = maintenance()

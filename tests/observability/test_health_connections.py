@@ -14,7 +14,7 @@ import socket
 
 import pytest
 
-from awa_django.runtime.health import MAX_CONNECTIONS
+from awa_django.runtime.health.listener import MAX_CONNECTIONS
 from tests.observability.probes import WORKER_ENV, ProbedWorker, get, ready
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -22,8 +22,8 @@ from testapp import jobs
 from testapp.models import Execution
 
 from awa_django import ops
-from awa_django.runtime.health import worker_readiness
-from awa_django.runtime.worker import Worker
+from awa_django.runtime.health.listener import worker_readiness
+from awa_django.runtime.process.worker import Worker
 from awa_django.storage import run
 from awa_django.storage.enqueue import enqueue_one
 from tests.conftest import ROOT, wait_for, worker_config

@@ -20,8 +20,8 @@ from testapp import jobs
 from awa_django import job, ops
 from awa_django.observability import metrics
 from awa_django.runtime.config import PeriodicConfig
-from awa_django.runtime.maintenance import QueueGauges
-from awa_django.runtime.worker import Worker
+from awa_django.runtime.leadership.maintenance import QueueGauges
+from awa_django.runtime.process.worker import Worker
 from awa_django.storage import AsyncRunner
 from awa_django.storage.attempts import claim
 from awa_django.storage.connection import conninfo

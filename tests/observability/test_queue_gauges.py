@@ -22,7 +22,7 @@ from testapp import jobs
 from awa_django import ops
 from awa_django.observability.hooks import Observer, observers
 from awa_django.runtime.config import PeriodicConfig
-from awa_django.runtime.maintenance import QueueGauges
+from awa_django.runtime.leadership.maintenance import QueueGauges
 from awa_django.sql import query
 from awa_django.storage import SyncRunner, run
 from awa_django.storage import queues as queue_store

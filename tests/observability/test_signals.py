@@ -13,7 +13,7 @@ from testapp.models import Execution
 from awa_django import ops, signals
 from awa_django.observability.hooks import observers
 from awa_django.observability.signals import SignalObserver
-from awa_django.runtime.worker import Worker
+from awa_django.runtime.process.worker import Worker
 from tests.conftest import refusing, run_burst, worker_config
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -19,7 +19,7 @@ from django.core.management.base import CommandError
 from testapp.models import Execution
 
 from awa_django import ops
-from awa_django.runtime.worker import Worker
+from awa_django.runtime.process.worker import Worker
 from awa_django.storage import SyncRunner
 from awa_django.storage import periodic as store
 from awa_django.storage.connection import conninfo

@@ -25,7 +25,7 @@ from awa_django import ops
 from awa_django.conf import QueueConfig, RateLimit, awa_settings
 from awa_django.exceptions import InvalidJob
 from awa_django.runtime.config import OVERRIDE_REFRESH_INTERVAL, WorkerConfig, build_config
-from awa_django.runtime.worker import Worker
+from awa_django.runtime.process.worker import Worker
 from awa_django.storage import AsyncRunner
 from awa_django.storage.connection import conninfo
 from awa_django.storage.enqueue import enqueue_many

@@ -23,8 +23,8 @@ import pytest
 import awa_django
 from awa_django import job
 from awa_django.domain.records import Closure
-from awa_django.runtime import eager
-from awa_django.runtime.worker import Worker
+from awa_django.runtime.attempts import eager
+from awa_django.runtime.process.worker import Worker
 from tests.conftest import run_burst, worker_config
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -133,7 +133,7 @@ def test_permits_come_back_at_hand_over_and_unwritten_closures_are_bounded(queue
 def test_a_burst_worker_stops_once_its_queue_runs_dry_not_on_its_next_tick(queue, monkeypatch):
     # The periodic check is an hour away: only the dispatchers' word that
     # they went quiet (a short claim, the last attempt closed) ends the run.
-    from awa_django.runtime import worker as worker_module
+    from awa_django.runtime.process import worker as worker_module
 
     monkeypatch.setattr(worker_module, "BURST_CHECK_INTERVAL", 3600.0)
     enqueue(in_place.using(queue=queue), 30)

@@ -23,8 +23,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from awa_django import Cancel, job, ops
 from awa_django.domain.closures import UNSTORABLE, completed, unstorable
-from awa_django.runtime import flush_retry
-from awa_django.runtime.completer import MAX_RETRIES, BatchCompleter, Replaced
+from awa_django.runtime.completion import flush_retry
+from awa_django.runtime.completion.completer import MAX_RETRIES, BatchCompleter, Replaced
 from awa_django.runtime.config import CompleterConfig
 from awa_django.storage import AsyncRunner
 from awa_django.storage.attempts import claim

@@ -10,7 +10,7 @@ import pytest
 from testapp import jobs
 
 from awa_django import ops
-from awa_django.runtime.worker import startup_heap_frozen
+from awa_django.runtime.process.worker import startup_heap_frozen
 
 # Asserts on time: one xdist process runs the "timing" modules in turn.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.xdist_group("timing")]

@@ -19,8 +19,8 @@ from testapp import jobs
 import awa_django
 from awa_django.context import JobContext
 from awa_django.domain.records import ClaimedJob, Closure
-from awa_django.runtime.leases import AttemptLease
-from awa_django.runtime.worker import Worker
+from awa_django.runtime.completion.leases import AttemptLease
+from awa_django.runtime.process.worker import Worker
 from tests.conftest import run_burst, worker_config
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -21,8 +21,8 @@ from psycopg_pool import AsyncConnectionPool
 from testapp import jobs
 
 from awa_django import Cancel, TerminalError, job, ops
+from awa_django.runtime.completion.heartbeat import Heartbeat
 from awa_django.runtime.config import PeriodicConfig
-from awa_django.runtime.heartbeat import Heartbeat
 from awa_django.storage import AsyncRunner
 from awa_django.storage.attempts import claim
 from awa_django.storage.connection import conninfo

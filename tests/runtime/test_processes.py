@@ -21,7 +21,7 @@ from testapp.models import ExactlyOnce, Execution
 import awa_django
 from awa_django import ops
 from awa_django.domain.closures import completed, retry_or_fail
-from awa_django.runtime.completer import BatchCompleter
+from awa_django.runtime.completion.completer import BatchCompleter
 from awa_django.runtime.config import CompleterConfig
 from awa_django.storage import AsyncRunner
 from awa_django.storage.attempts import claim

@@ -17,11 +17,11 @@ from psycopg_pool import AsyncConnectionPool
 
 from awa_django import ops
 from awa_django.domain.closures import completed
-from awa_django.runtime.completer import BatchCompleter, Completer, CompletionEvent
+from awa_django.runtime.attempts.executor import context_for
+from awa_django.runtime.completion.completer import BatchCompleter, Completer, CompletionEvent
+from awa_django.runtime.completion.heartbeat import Heartbeat
+from awa_django.runtime.completion.progress import ProgressFlusher
 from awa_django.runtime.config import CompleterConfig, PeriodicConfig
-from awa_django.runtime.executor import context_for
-from awa_django.runtime.heartbeat import Heartbeat
-from awa_django.runtime.progress import ProgressFlusher
 from awa_django.storage import AsyncRunner, runtimes
 from awa_django.storage.attempts import claim, close_attempts, record_progress
 from awa_django.storage.connection import conninfo

@@ -24,7 +24,7 @@ from django.db import connections
 
 from awa_django import job, ops
 from awa_django.conf import RateLimit
-from awa_django.runtime.worker import Worker
+from awa_django.runtime.process.worker import Worker
 from awa_django.storage.connection import conninfo
 from tests.conftest import refusing, run_burst, worker_config
 

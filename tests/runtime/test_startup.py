@@ -14,9 +14,9 @@ import pytest
 from testapp import jobs
 
 from awa_django import ops
-from awa_django.runtime import worker as worker_module
-from awa_django.runtime.maintenance import Maintenance
-from awa_django.runtime.worker import Worker
+from awa_django.runtime.leadership.maintenance import Maintenance
+from awa_django.runtime.process import worker as worker_module
+from awa_django.runtime.process.worker import Worker
 from tests.conftest import ROOT, database_url, worker_config
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -102,7 +102,12 @@ print(json.dumps(sorted(sys.modules)))
 
 #: What a worker without ``--health-addr``, ``--processes`` or an SDK
 #: configured by the application must not import: each costs start-up time.
-NOT_AT_START = ("opentelemetry.sdk", "prometheus_client", "rich", "awa_django.runtime.supervisor")
+NOT_AT_START = (
+    "opentelemetry.sdk",
+    "prometheus_client",
+    "rich",
+    "awa_django.runtime.process.supervisor",
+)
 
 
 def test_a_worker_imports_no_optional_machinery_it_was_not_asked_for(queue, reset_awa):

@@ -19,7 +19,7 @@ from testapp import jobs as testjobs
 
 from awa_django import enqueue_many, ops
 from awa_django.domain.stripes import physical_queues, route, stripe_name
-from awa_django.runtime.worker import Worker
+from awa_django.runtime.process.worker import Worker
 from awa_django.storage import AsyncRunner
 from awa_django.storage.enqueue import enqueue_one
 from tests.conftest import run_burst, worker_config

@@ -26,12 +26,12 @@ import pytest
 from testapp import jobs as testjobs
 
 from awa_django.domain.closures import completed
-from awa_django.runtime import dispatcher as dispatcher_module
-from awa_django.runtime import pacing
-from awa_django.runtime.completer import BatchCompleter, CompletionEvent
+from awa_django.runtime.attempts import dispatcher as dispatcher_module
+from awa_django.runtime.attempts import pacing
+from awa_django.runtime.attempts.pacing import WakeupBackoff
+from awa_django.runtime.completion.completer import BatchCompleter, CompletionEvent
 from awa_django.runtime.config import CompleterConfig
-from awa_django.runtime.pacing import WakeupBackoff
-from awa_django.runtime.worker import Worker
+from awa_django.runtime.process.worker import Worker
 from awa_django.storage import AsyncRunner
 from awa_django.storage.attempts import claim
 from awa_django.storage.connection import conninfo

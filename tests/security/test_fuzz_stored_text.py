@@ -22,7 +22,7 @@ from awa_django import CallbackNotFound, InvalidJob, ops
 from awa_django.domain import closures
 from awa_django.domain.pgtext import clean_text, clean_value
 from awa_django.domain.records import ClaimedJob
-from awa_django.runtime.executor import context_for
+from awa_django.runtime.attempts.executor import context_for
 from awa_django.storage import run
 from awa_django.storage.attempts import claim, close_attempts
 from tests.factories import JobFactory

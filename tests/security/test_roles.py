@@ -26,7 +26,7 @@ from testapp.jobs import plain
 
 from awa_django.conf import awa_settings
 from awa_django.runtime.config import MaintenanceConfig
-from awa_django.runtime.maintenance import Maintenance
+from awa_django.runtime.leadership.maintenance import Maintenance
 from awa_django.storage import SyncRunner, maintenance
 from awa_django.storage.attempts import close_attempts
 from awa_django.storage.enqueue import enqueue_one

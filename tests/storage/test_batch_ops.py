@@ -24,7 +24,7 @@ from django.db import connections
 from awa_django import InvalidJob, JobNotFound, ops
 from awa_django.conf import parse_settings
 from awa_django.runtime.config import MaintenanceConfig
-from awa_django.runtime.maintenance import BATCH_OP_CHUNK, Maintenance
+from awa_django.runtime.leadership.maintenance import BATCH_OP_CHUNK, Maintenance
 from awa_django.storage import SyncRunner, attempts
 from awa_django.storage import batch_ops as batch_store
 from awa_django.storage.connection import conninfo

@@ -237,8 +237,8 @@ def test_samples_record_the_counters(queue):
 
 
 def test_worker_heartbeat_publishes_descriptors(queue):
+    from awa_django.runtime.completion.heartbeat import Heartbeat
     from awa_django.runtime.config import PeriodicConfig
-    from awa_django.runtime.heartbeat import Heartbeat
     from awa_django.storage import AsyncRunner
 
     runtime_id = uuid.uuid4()

@@ -1,4 +1,4 @@
-"""The attempt state machine (``awa_django.runtime.attempt``) and its three drivers.
+"""The attempt state machine (``awa_django.runtime.attempts.attempt``) and its three drivers.
 
 Pinned: each handler outcome ends in the same closure whichever driver ran
 the handler -- the worker's loop (``Executor.run``: an async handler, and a
@@ -25,10 +25,10 @@ from awa_django import JobContext, job
 from awa_django.domain import closures
 from awa_django.domain.records import ClaimedJob, Closure
 from awa_django.outcomes import Cancel, RetryAfter, Snooze, TerminalError, WaitForCallback
-from awa_django.runtime import attempt
-from awa_django.runtime.atomic import Settled
-from awa_django.runtime.executor import Executor, context_for
-from awa_django.runtime.leases import AttemptLease
+from awa_django.runtime.attempts import attempt
+from awa_django.runtime.attempts.atomic import Settled
+from awa_django.runtime.attempts.executor import Executor, context_for
+from awa_django.runtime.completion.leases import AttemptLease
 from awa_django.testing.drain import _run_one as drain_one
 
 #: What each handler does, by name: return a value or raise.

@@ -7,7 +7,12 @@ import pytest
 from psycopg import errors
 from psycopg_pool import PoolTimeout
 
-from awa_django.runtime.flush_retry import refused_for_good, retryable, transient, unreachable
+from awa_django.runtime.completion.flush_retry import (
+    refused_for_good,
+    retryable,
+    transient,
+    unreachable,
+)
 
 
 @pytest.mark.parametrize(

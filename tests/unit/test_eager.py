@@ -8,7 +8,7 @@ import contextvars
 
 import pytest
 
-from awa_django.runtime import eager
+from awa_django.runtime.attempts import eager
 
 seen: contextvars.ContextVar[str] = contextvars.ContextVar("seen", default="unset")
 

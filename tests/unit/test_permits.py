@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from awa_django.domain.capacity import split_overflow
-from awa_django.runtime.permits import Permits, WeightedPool
+from awa_django.runtime.attempts.permits import Permits, WeightedPool
 
 
 def test_overflow_is_split_by_weight_with_caps_and_largest_remainders():

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from awa_django.runtime.threads import HandlerThreads
+from awa_django.runtime.attempts.threads import HandlerThreads
 
 
 def _run(coroutine):

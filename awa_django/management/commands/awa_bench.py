@@ -33,7 +33,7 @@ from awa_django.domain.stripes import MAX_STRIPES
 from awa_django.management import bench as workloads
 from awa_django.management.bench import BenchOptions
 from awa_django.management.options import add_database_argument
-from awa_django.runtime.worker import startup_heap_frozen
+from awa_django.runtime.process.worker import startup_heap_frozen
 
 STAGES = ("enqueue", "drain", "latency")
 TELEMETRY = ("on", "off", "both")

@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from awa_django.conf import awa_settings
 from awa_django.management.options import add_database_argument, host_port
 from awa_django.management.output import EXIT_REFUSED, Output
-from awa_django.runtime import health as listener
+from awa_django.runtime.health import listener
 from awa_django.views.health import READINESS_CHECKS, check_each, workers_serving
 
 DEFAULT_TIMEOUT = 5.0

@@ -14,7 +14,7 @@ from awa_django import ops
 from awa_django.conf import awa_settings, unimplemented_settings
 from awa_django.management.options import add_database_argument
 from awa_django.runtime.config import MaintenanceConfig
-from awa_django.runtime.maintenance import Maintenance
+from awa_django.runtime.leadership.maintenance import Maintenance
 
 from .awa_worker import _default_logging
 

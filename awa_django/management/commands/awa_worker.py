@@ -112,7 +112,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from awa_django.runtime.worker import run_worker
+        from awa_django.runtime.process.worker import run_worker
 
         if options["processes"] < 1:
             raise CommandError("--processes must be at least 1")
@@ -161,7 +161,7 @@ class Command(BaseCommand):
         _default_logging(options["verbosity"])
 
         if options["processes"] > 1:
-            from awa_django.runtime.supervisor import Supervisor
+            from awa_django.runtime.process.supervisor import Supervisor
 
             code = Supervisor(config, options["processes"]).run()
         else:

@@ -13,7 +13,7 @@ SELECT EXISTS (
 SELECT pg_advisory_unlock(%s)
 
 -- name: depose_silent_leader
--- A standby's check on the leader (runtime/leader.py): terminate the session
+-- A standby's check on the leader (runtime/leadership/leader.py): terminate the session
 -- holding the leader lock when it has run no statement for that many seconds.  A
 -- live leader checks its lock every election interval; a session that stays
 -- idle much longer belongs to a stopped process or a host that vanished

@@ -35,7 +35,7 @@ INSERT INTO awa.runtime_instances (id, hostname, pid, queues, role) VALUES (%s, 
 -- name: list_runtimes
 -- Every registered runtime, newest first, with whether its heartbeat is
 -- fresh and whether its election session holds the leader's lock (the
--- session's application_name carries the runtime id, see runtime/leader.py).
+-- session's application_name carries the runtime id, see runtime/leadership/leader.py).
 SELECT r.id, r.hostname, r.pid, r.queues, r.role, r.started_at, r.heartbeat_at,
        r.heartbeat_at > now() - make_interval(secs => %(staleness)s),
        EXISTS (SELECT 1

@@ -14,12 +14,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from ..domain.overrides import apply_overrides
-from ..storage import AsyncRunner
-from ..storage import overrides as override_store
-from .config import PeriodicConfig, QueuePolicy
+from ...domain.overrides import apply_overrides
+from ...storage import AsyncRunner
+from ...storage import overrides as override_store
+from ..config import PeriodicConfig, QueuePolicy
+from ..service import PeriodicService
 from .dispatcher import Dispatcher
-from .service import PeriodicService
 
 log = logging.getLogger("awa_django.worker")
 

@@ -50,15 +50,15 @@ from typing import Any
 
 from django.db import transaction
 
-from ..context import JobContext
-from ..domain.closures import completed
-from ..domain.records import ClaimedJob, Closure
-from ..jobs import Job
-from ..storage.attempts import close_attempts
-from ..storage.base import run
-from ..storage.connection import alias_for
+from ...context import JobContext
+from ...domain.closures import completed
+from ...domain.records import ClaimedJob, Closure
+from ...jobs import Job
+from ...storage.attempts import close_attempts
+from ...storage.base import run
+from ...storage.connection import alias_for
+from ..completion.leases import is_leased
 from .handlers import call_handler
-from .leases import is_leased
 
 
 @dataclass(frozen=True, slots=True)

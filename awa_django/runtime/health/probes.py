@@ -1,7 +1,7 @@
 """Probe documents, the loop ticker, and the HTTP listener that serves them.
 
-The transport half of the health machinery (:mod:`.health` holds one
-worker's probes, :mod:`.fleet_health` a ``--processes`` supervisor's), kept
+The transport half of the health machinery (:mod:`.listener` holds one
+worker's probes, :mod:`.fleet` a ``--processes`` supervisor's), kept
 apart so both answer through the same small server and neither needs the
 other.
 
@@ -36,9 +36,9 @@ from http import HTTPStatus
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from ..observability import prometheus
-from .config import parse_address
-from .service import cancel_and_wait
+from ...observability import prometheus
+from ..config import parse_address
+from ..service import cancel_and_wait
 
 log = logging.getLogger("awa_django.worker")
 

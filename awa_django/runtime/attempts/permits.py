@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from ..domain import capacity
+from ...domain import capacity
 
 
 class Permits:

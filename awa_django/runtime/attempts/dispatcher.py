@@ -50,22 +50,22 @@ from collections.abc import Awaitable, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from ..context import JobContext
-from ..domain.records import ClaimedJob, Closure
-from ..domain.stripes import Rotation
-from ..jobs import Job
-from ..observability.hooks import observers
-from ..storage import AsyncRunner
-from ..storage import rate as rate_store
-from ..storage.attempts import claim, claim_nonce
+from ...context import JobContext
+from ...domain.records import ClaimedJob, Closure
+from ...domain.stripes import Rotation
+from ...jobs import Job
+from ...observability.hooks import observers
+from ...storage import AsyncRunner
+from ...storage import rate as rate_store
+from ...storage.attempts import claim, claim_nonce
+from ..completion.completer import Completer
+from ..completion.leases import LeaseHub
+from ..config import QueuePolicy
 from . import eager
 from .atomic import Settled
 from .attempt import MustWait, definition_for, finish, step
 from .closing import ClaimBatch, Closer, _ThreadAttempt
-from .completer import Completer
-from .config import QueuePolicy
 from .executor import Executor, context_for
-from .leases import LeaseHub
 from .pacing import TokenBucket, WakeupBackoff, fleet_rate, local_rate
 from .permits import Permits, SharedPermits
 

@@ -51,11 +51,11 @@ from typing import Any
 
 import psycopg
 
-from ..storage import AsyncRunner
-from ..storage import maintenance as store
-from ..storage.connection import with_server_settings
-from .config import ELECTION_INTERVAL, PeriodicConfig
-from .service import PeriodicService, close_quietly
+from ...storage import AsyncRunner
+from ...storage import maintenance as store
+from ...storage.connection import with_server_settings
+from ..config import ELECTION_INTERVAL, PeriodicConfig
+from ..service import PeriodicService, close_quietly
 
 log = logging.getLogger("awa_django.maintenance")
 

@@ -47,8 +47,8 @@ import logging
 from dataclasses import replace
 from typing import Any
 
-from ..context import JobContext
-from ..domain.closures import (
+from ...context import JobContext
+from ...domain.closures import (
     cancelled,
     completed,
     error_entry,
@@ -57,12 +57,12 @@ from ..domain.closures import (
     not_parked,
     raised,
 )
-from ..domain.records import COMPLETED, ClaimedJob, Closure
-from ..exceptions import InvalidJob
-from ..jobs import Job, registry
-from ..outcomes import Cancel, WaitForCallback
+from ...domain.records import COMPLETED, ClaimedJob, Closure
+from ...exceptions import InvalidJob
+from ...jobs import Job, registry
+from ...outcomes import Cancel, WaitForCallback
+from ..completion.leases import AttemptLease
 from .atomic import Settled
-from .leases import AttemptLease
 
 log = logging.getLogger("awa_django.worker")
 

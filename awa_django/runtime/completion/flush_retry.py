@@ -35,9 +35,9 @@ from collections.abc import Callable
 import psycopg
 from psycopg_pool import PoolTimeout
 
-from ..domain.records import Closure
-from ..storage import AsyncRunner
-from ..storage.attempts import close_attempts
+from ...domain.records import Closure
+from ...storage import AsyncRunner
+from ...storage.attempts import close_attempts
 
 log = logging.getLogger("awa_django.worker")
 

@@ -62,31 +62,31 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 from psycopg_pool import AsyncConnectionPool
 
-from ..conf import awa_settings, unimplemented_settings
-from ..context import JobContext
-from ..cron import sync_declared
-from ..domain.capacity import process_permits
-from ..domain.closures import handed_back, unstorable
-from ..domain.records import ClaimedJob, Closure
-from ..observability.hooks import observers
-from ..storage import AsyncRunner
-from ..storage import stripes as stripe_store
-from ..storage.attempts import queues_have_work
-from .completer import BatchCompleter, refused_for_good
-from .config import PeriodicConfig, QueuePolicy, WorkerConfig
-from .dispatcher import Dispatcher
-from .executor import Executor
-from .fleet_health import HealthSlot
-from .health import WorkerHealth
-from .heartbeat import Heartbeat
-from .leases import CALLBACK_CHANNEL, CANCEL_CHANNEL, LeaseHub, is_leased
-from .maintenance import Maintenance
+from ...conf import awa_settings, unimplemented_settings
+from ...context import JobContext
+from ...cron import sync_declared
+from ...domain.capacity import process_permits
+from ...domain.closures import handed_back, unstorable
+from ...domain.records import ClaimedJob, Closure
+from ...observability.hooks import observers
+from ...storage import AsyncRunner
+from ...storage import stripes as stripe_store
+from ...storage.attempts import queues_have_work
+from ..attempts.dispatcher import Dispatcher
+from ..attempts.executor import Executor
+from ..attempts.overrides import OverrideRefresher
+from ..attempts.permits import Permits, SharedPermits, WeightedPool
+from ..completion.completer import BatchCompleter, refused_for_good
+from ..completion.heartbeat import Heartbeat
+from ..completion.leases import CALLBACK_CHANNEL, CANCEL_CHANNEL, LeaseHub, is_leased
+from ..completion.progress import ProgressFlusher
+from ..config import PeriodicConfig, QueuePolicy, WorkerConfig
+from ..health.fleet import HealthSlot
+from ..health.listener import WorkerHealth
+from ..leadership.maintenance import Maintenance
+from ..leadership.promoter import Promoter
+from ..service import Service, cancel_and_wait
 from .notifier import Notifier
-from .overrides import OverrideRefresher
-from .permits import Permits, SharedPermits, WeightedPool
-from .progress import ProgressFlusher
-from .promoter import Promoter
-from .service import Service, cancel_and_wait
 
 log = logging.getLogger("awa_django.worker")
 
@@ -105,7 +105,7 @@ class Worker:
     def __init__(self, config: WorkerConfig, *, health_slot: HealthSlot | None = None) -> None:
         self.config = config
         self.stopping = asyncio.Event()
-        # What the health probes read (runtime/health.py): registered since
+        # What the health probes read (runtime/health/listener.py): registered since
         # (monotonic), dispatching, and the dispatchers' tasks.
         self.registered_at: float | None = None
         self.started = False

@@ -23,8 +23,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from ..storage.notify import queue_channel
-from .service import cancel_and_wait, close_quietly, raise_if_cancelled
+from ...storage.notify import queue_channel
+from ..service import cancel_and_wait, close_quietly, raise_if_cancelled
 
 log = logging.getLogger("awa_django.worker")
 

@@ -29,7 +29,7 @@ tick is older than :data:`~.probes.LOOP_LAG_LIMIT`, and says how old it is.
 
 The probe documents and the HTTP server are :mod:`.probes`; a
 ``--processes`` supervisor answers for its children through
-:mod:`.fleet_health`.  This module holds one worker process's probes; it
+:mod:`.fleet`.  This module holds one worker process's probes; it
 reads the worker through :class:`ProbedWorker`, the few attributes the
 probes need, rather than importing the worker (which owns this machinery).
 """
@@ -46,12 +46,13 @@ from typing import Any, Protocol
 
 from psycopg_pool import AsyncConnectionPool
 
-from ..observability import prometheus
-from ..observability.hooks import observers
-from ..storage import AsyncRunner, substrate
-from .config import WorkerConfig, parse_address
-from .fleet_health import HealthSlot
-from .heartbeat import Heartbeat
+from ...observability import prometheus
+from ...observability.hooks import observers
+from ...storage import AsyncRunner, substrate
+from ..completion.heartbeat import Heartbeat
+from ..config import WorkerConfig, parse_address
+from ..service import cancel_and_wait, raise_if_cancelled
+from .fleet import HealthSlot
 from .probes import (
     MAX_CONNECTIONS,
     RUNNING,
@@ -67,7 +68,6 @@ from .probes import (
     first_line,
     request,
 )
-from .service import cancel_and_wait, raise_if_cancelled
 
 __all__ = [
     "DATABASE_TIMEOUT",

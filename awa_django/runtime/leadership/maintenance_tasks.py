@@ -16,15 +16,15 @@ import time
 
 import psycopg
 
-from .. import cron
-from ..observability.hooks import Observer, QueueSample, observers
-from ..storage import AsyncRunner, descriptors
-from ..storage import batch_ops as batch_store
-from ..storage import dependencies as dependency_store
-from ..storage import maintenance as store
-from ..storage import queues as queue_store
-from .config import RESCUE_BATCH, RESCUE_PAUSE, MaintenanceConfig, PeriodicConfig
-from .service import PeriodicService
+from ... import cron
+from ...observability.hooks import Observer, QueueSample, observers
+from ...storage import AsyncRunner, descriptors
+from ...storage import batch_ops as batch_store
+from ...storage import dependencies as dependency_store
+from ...storage import maintenance as store
+from ...storage import queues as queue_store
+from ..config import RESCUE_BATCH, RESCUE_PAUSE, MaintenanceConfig, PeriodicConfig
+from ..service import PeriodicService
 
 log = logging.getLogger("awa_django.maintenance")
 

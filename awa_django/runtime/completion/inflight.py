@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from ..context import JobContext
-from ..domain.records import ClaimedJob
+from ...context import JobContext
+from ...domain.records import ClaimedJob
 
 # Returns (attempt, context) for every attempt running now.
 Inflight = Callable[[], Iterable[tuple[ClaimedJob, JobContext]]]

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..context import JobContext
-from ..domain.records import ClaimedJob
-from ..jobs import Job
+from ...context import JobContext
+from ...domain.records import ClaimedJob
+from ...jobs import Job
 
 
 def call_handler(definition: Job[..., Any], ctx: JobContext, job: ClaimedJob) -> Any:

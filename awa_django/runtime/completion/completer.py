@@ -50,16 +50,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..domain.records import Closure
-from ..storage import AsyncRunner
-from ..storage.attempts import close_attempts
-from .config import CompleterConfig
+from ...domain.records import Closure
+from ...storage import AsyncRunner
+from ...storage.attempts import close_attempts
+from ..config import CompleterConfig
 from .flush_retry import MAX_RETRIES as MAX_RETRIES
 from .flush_retry import ClosureWriter, Fallback
 from .flush_retry import refused_for_good as refused_for_good
 
 if TYPE_CHECKING:
-    from .atomic import Settled
+    from ..attempts.atomic import Settled
 
 log = logging.getLogger("awa_django.worker")
 

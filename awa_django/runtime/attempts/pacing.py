@@ -23,8 +23,8 @@ from __future__ import annotations
 import random
 import time
 
-from ..conf import RateLimit
-from .config import QueuePolicy
+from ...conf import RateLimit
+from ..config import QueuePolicy
 
 # The shortest wait of a dispatcher whose notified claims came back empty
 # (it grows from there); see WakeupBackoff.

@@ -2,14 +2,14 @@
 
 Children are started with multiprocessing's *spawn* method (a fresh
 interpreter each, no fork-after-threads hazards); each sets up Django and
-runs :func:`~awa_django.runtime.worker.run_worker` with the same frozen
+runs :func:`~awa_django.runtime.process.worker.run_worker` with the same frozen
 config.  SIGTERM/SIGINT to the supervisor is forwarded to the children,
 which shut down gracefully; the supervisor exits once they all have.  In
 ``--burst`` mode a child that exits 0 is done and is not restarted.
 
 With a health address the supervisor serves the one listener of the host
 (children cannot share a port) and answers for the children, which report
-to it through shared memory (:class:`~.fleet_health.FleetHealth`).
+to it through shared memory (:class:`~.fleet.FleetHealth`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import time
 import uuid
 from multiprocessing.process import BaseProcess
 
-from .config import WorkerConfig
-from .fleet_health import FleetHealth, HealthSlot
+from ..config import WorkerConfig
+from ..health.fleet import FleetHealth, HealthSlot
 
 log = logging.getLogger("awa_django.worker")
 

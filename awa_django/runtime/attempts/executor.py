@@ -24,16 +24,16 @@ from typing import Any, TypeVar, cast
 
 from django.db import close_old_connections
 
-from ..context import JobContext
-from ..domain.closures import cancelled
-from ..domain.records import ClaimedJob, Closure
-from ..jobs import Job
-from ..observability.hooks import observers
-from ..outcomes import Cancel
+from ...context import JobContext
+from ...domain.closures import cancelled
+from ...domain.records import ClaimedJob, Closure
+from ...jobs import Job
+from ...observability.hooks import observers
+from ...outcomes import Cancel
+from ..completion.leases import AttemptLease, LeaseHub
 from .atomic import Settled, close_in_transaction
 from .attempt import MustWait, definition_for, finish, step
 from .handlers import call_handler
-from .leases import AttemptLease, LeaseHub
 from .threads import HandlerThreads, ResultSink
 
 log = logging.getLogger("awa_django.worker")

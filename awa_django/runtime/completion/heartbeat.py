@@ -40,15 +40,15 @@ import socket
 import uuid
 from collections.abc import Callable, Collection, Sequence
 
-from ..domain.closures import handed_back
-from ..domain.descriptors import Declared
-from ..domain.records import ClaimedJob, OpenReceipt
-from ..storage import AsyncRunner, descriptors, leases, runtimes
-from ..storage.attempts import close_attempts, closed_attempts, orphaned_receipts
-from .config import PeriodicConfig
+from ...domain.closures import handed_back
+from ...domain.descriptors import Declared
+from ...domain.records import ClaimedJob, OpenReceipt
+from ...storage import AsyncRunner, descriptors, leases, runtimes
+from ...storage.attempts import close_attempts, closed_attempts, orphaned_receipts
+from ..config import PeriodicConfig
+from ..service import PeriodicService
 from .inflight import Inflight, nothing_inflight
 from .leases import is_leased
-from .service import PeriodicService
 
 log = logging.getLogger("awa_django.worker")
 

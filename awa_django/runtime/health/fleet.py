@@ -6,7 +6,7 @@ own: :class:`FleetHealth`) and answers for its children.  Each child gets a
 :class:`HealthSlot` at spawn -- a few KB of shared memory -- and publishes
 into it, on every tick of its own ticker, that tick's time and the outcome
 of its latest readiness check (re-run every
-:data:`~.health.REPORT_INTERVAL`).  The supervisor's ``/healthz`` fails when
+:data:`~.listener.REPORT_INTERVAL`).  The supervisor's ``/healthz`` fails when
 a running child's last tick is older than :data:`~.probes.LOOP_LAG_LIMIT`
 (its loop is stuck; a child that died is not a liveness failure, the
 supervisor restarts it); its ``/readyz`` passes when the supervisor is not
@@ -37,8 +37,8 @@ from multiprocessing.process import BaseProcess
 from multiprocessing.sharedctypes import SynchronizedString
 from typing import Any
 
-from ..observability import prometheus
-from .config import parse_address
+from ...observability import prometheus
+from ..config import parse_address
 from .probes import (
     LOOP_LAG_LIMIT,
     RUNNING,

@@ -42,11 +42,12 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from .. import cron
-from ..observability.hooks import observers
-from ..storage import AsyncRunner
-from ..storage import maintenance as store
-from .config import MaintenanceConfig, PeriodicConfig
+from ... import cron
+from ...observability.hooks import observers
+from ...storage import AsyncRunner
+from ...storage import maintenance as store
+from ..config import MaintenanceConfig, PeriodicConfig
+from ..service import PeriodicService
 from .leader import KEEPALIVES, Leader, depose_after, with_server_keepalives
 from .maintenance_tasks import (
     BATCH_OP_CHUNK,
@@ -65,7 +66,6 @@ from .maintenance_tasks import (
     RingTask,
 )
 from .promoter import Promoter
-from .service import PeriodicService
 
 __all__ = [
     "BATCH_OP_CHUNK",

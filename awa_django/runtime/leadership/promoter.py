@@ -8,10 +8,10 @@ empty, so a burst run drains due retries without waiting for a leader.
 
 from __future__ import annotations
 
-from ..storage import AsyncRunner
-from ..storage.attempts import promote_due
-from .config import PROMOTE_BATCH, PeriodicConfig
-from .service import PeriodicService
+from ...storage import AsyncRunner
+from ...storage.attempts import promote_due
+from ..config import PROMOTE_BATCH, PeriodicConfig
+from ..service import PeriodicService
 
 
 class Promoter(PeriodicService[int]):

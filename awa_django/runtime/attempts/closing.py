@@ -30,14 +30,14 @@ import time
 from collections.abc import Awaitable, Sequence
 from typing import Any, Protocol, cast
 
-from ..context import JobContext
-from ..domain.concurrency import CONCURRENCY_KEY
-from ..domain.records import ClaimedJob, Closure
-from ..jobs import Job
-from ..observability.hooks import observers
+from ...context import JobContext
+from ...domain.concurrency import CONCURRENCY_KEY
+from ...domain.records import ClaimedJob, Closure
+from ...jobs import Job
+from ...observability.hooks import observers
+from ..completion.completer import Completer, Outcome, Replaced
+from ..config import QueuePolicy
 from .atomic import Settled
-from .completer import Completer, Outcome, Replaced
-from .config import QueuePolicy
 from .permits import Permits, SharedPermits
 
 log = logging.getLogger("awa_django.worker")

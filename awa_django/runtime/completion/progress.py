@@ -7,11 +7,11 @@ changed since the last write and records all of them in one
 
 from __future__ import annotations
 
-from ..storage import AsyncRunner
-from ..storage.attempts import record_progress
-from .config import PeriodicConfig
+from ...storage import AsyncRunner
+from ...storage.attempts import record_progress
+from ..config import PeriodicConfig
+from ..service import PeriodicService
 from .inflight import Inflight
-from .service import PeriodicService
 
 
 class ProgressFlusher(PeriodicService[int]):

@@ -24,10 +24,10 @@ import uuid
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from ..context import JobContext
-from ..domain.records import ClaimedJob
-from ..outcomes import Cancel
-from ..storage import AsyncRunner, leases
+from ...context import JobContext
+from ...domain.records import ClaimedJob
+from ...outcomes import Cancel
+from ...storage import AsyncRunner, leases
 from .inflight import Inflight, nothing_inflight
 
 log = logging.getLogger("awa_django.worker")
