@@ -2,7 +2,7 @@
 
 Each adapter (``bench/systems/<system>/adapter.py``) runs under its own
 system's virtualenv and answers the same small command line, used by
-``bench/compare.py``::
+``bench/compare/`` (``processes.Runner``)::
 
     adapter.py describe             # concurrency/config this system runs with
     adapter.py install              # create the system's schema in $DATABASE_URL
