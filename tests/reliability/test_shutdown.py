@@ -18,7 +18,7 @@ import time
 import pytest
 from testapp import jobs
 
-from awa_django.runtime.process.worker import STOP_GRACE
+from awa_django.runtime.process.shutdown import STOP_GRACE
 from awa_django.storage import SyncRunner
 from awa_django.storage.enqueue import enqueue_many
 from tests.reliability import chaos
