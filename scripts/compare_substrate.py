@@ -8,7 +8,7 @@ the files the current initial migration lists.  Both are dumped with
 old dump renamed with :data:`RENAMED` and stripped of :data:`REMOVED`, and
 the two compared object by object.  Prints the counts per object type and
 every block that still differs; exits 1 when something differs beyond
-:data:`EXPECTED` and :data:`FOLDED`.
+:data:`EXPECTED`, :data:`FOLDED` and :data:`HARDENED`.
 
     python scripts/compare_substrate.py --old-rev <commit before the squash>
 
@@ -162,6 +162,26 @@ FOLDED = {
     ("VIEW", "open_receipts"),
 }
 
+# Changes made on the squashed substrate since, for the least-privilege work
+# (issue 30): prune reads the xmin horizon through awa.horizon_pinned, a
+# SECURITY DEFINER function of the owner (who holds pg_read_all_stats), so
+# the worker role no longer needs to read every session's activity.
+HARDENED = {
+    ("FUNCTION", "horizon_pinned(timestamp with time zone)"),
+    ("ACL", "FUNCTION horizon_pinned(p_before timestamp with time zone)"),
+    ("FUNCTION", "horizon_reader()"),
+    ("FUNCTION", "prune_ring(text, integer, interval)"),
+    ("FUNCTION", "restrict_maintenance()"),
+    ("FUNCTION", "ring_slot_busy(text, integer, timestamp with time zone)"),
+    (
+        "ACL",
+        "FUNCTION ring_slot_busy(p_ring text, p_slot integer, "
+        "p_sealed_at timestamp with time zone)",
+    ),
+    ("FUNCTION", "ring_slot_pinned(timestamp with time zone)"),
+    ("ACL", "FUNCTION ring_slot_pinned(p_sealed_at timestamp with time zone)"),
+}
+
 _NAME = re.compile(r"\b({})\b".format("|".join(sorted(RENAMED, key=len, reverse=True))))
 _HEADER = re.compile(r"^-- Name: (?P<name>.*?); Type: (?P<type>[^;]*);", re.MULTILINE)
 
@@ -297,6 +317,9 @@ def main() -> int:
             continue
         if key in FOLDED:
             print(f"\n(folded) {key[0]} {key[1]}")
+            continue
+        if key in HARDENED:
+            print(f"\n(hardened) {key[0]} {key[1]}")
             continue
         differing += 1
         print(
