@@ -6,7 +6,9 @@ well under a minute here).
 
 from __future__ import annotations
 
+import itertools
 import os
+from collections.abc import Callable
 
 import psycopg
 import pytest
@@ -29,10 +31,17 @@ def _clean(reset_awa):
     yield
 
 
+def _after(batches: int) -> Callable[[], bool]:
+    """``until`` for :func:`_produce_and_drain`: true once ``batches`` were produced."""
+    asked = itertools.count()
+    return lambda: next(asked) >= batches
+
+
 def test_sustained_run_rotates_and_prunes_with_no_hot_updates(queue):
     batches = 100
     with override_settings(AWA=FAST):
-        produced = _produce_and_drain(queue, batches=batches, per_batch=JOBS // batches)
+        produced = _produce_and_drain(queue, per_batch=JOBS // batches, until=_after(batches))
+    assert produced == batches * (JOBS // batches)
 
     counts = ops.queue_counts(queue)
     assert counts["completed"] == produced
