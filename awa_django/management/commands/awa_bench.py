@@ -32,6 +32,7 @@ from awa_django.domain.payload import check_queue
 from awa_django.domain.stripes import MAX_STRIPES
 from awa_django.management import bench as workloads
 from awa_django.management.bench import BenchOptions
+from awa_django.management.bench_hops import hop_table
 from awa_django.management.options import add_database_argument
 from awa_django.runtime.process.worker import startup_heap_frozen
 
@@ -342,9 +343,15 @@ class Command(BaseCommand):
         table = Table(title=f"awa_bench ({report['environment']['date']})")
         table.add_column("measure")
         table.add_column("value", justify="right")
-        for key, value in _flatten(report["results"]):
+        results = dict(report["results"])
+        hops = results.get("latency", {}).get("hops")
+        if hops is not None:  # shown in a table of its own below
+            results["latency"] = {k: v for k, v in results["latency"].items() if k != "hops"}
+        for key, value in _flatten(results):
             table.add_row(key, f"{value:,}" if isinstance(value, int | float) else str(value))
         console.print(table)
+        if hops is not None:
+            console.print(hop_table(hops))
 
 
 def run_benchmark(
