@@ -106,6 +106,8 @@ class BenchOptions:
     # --stripes: the QUEUE_STRIPE_COUNT values --hot-queue compares instead
     # of its shard and partition layouts (empty: those layouts).
     hot_stripes: tuple[int, ...] = ()
+    # False (--no-maintenance): the in-process workers never run for leader.
+    maintenance: bool = True
 
     @property
     def job(self) -> Job[..., Any]:
@@ -146,6 +148,7 @@ def worker_config(
         burst=burst,
         imports=(BENCH_IMPORT, *imports),
         database=options.database,
+        maintenance=options.maintenance,
     )
     return config.with_queue_changes(claim_batch_size=min(512, options.workers))
 

@@ -272,6 +272,12 @@ class Command(BaseCommand):
             f"each; default {DEFAULT_CONCURRENCY}) and report throughput limited/unlimited. "
             "With --skip enqueue --skip drain --skip latency only this comparison runs.",
         )
+        parser.add_argument(
+            "--no-maintenance",
+            action="store_true",
+            help="The in-process workers never compete for the maintenance leadership (its "
+            "ticks then stay out of the figures; run awa_maintenance elsewhere meanwhile).",
+        )
         parser.add_argument("--json", metavar="PATH", help="Also write the report as JSON to PATH.")
         add_database_argument(parser)
 
@@ -308,6 +314,7 @@ class Command(BaseCommand):
             hot_producers=options["producers"],
             hot_hold_ms=options["hold_ms"],
             hot_stripes=options["stripes"] or (),
+            maintenance=not options["no_maintenance"],
         )
         # The in-process drains run as a worker process would (run_worker).
         with startup_heap_frozen(awa_settings().worker_gc_freeze):
