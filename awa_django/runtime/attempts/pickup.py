@@ -78,9 +78,7 @@ class PickupTrace:
         later claim that no NOTIFY woke never inherits them."""
         notified, woken = self._woken.pop((wakeup, loop), (None, None))
         for job in jobs:
-            self.pickups[(job.job_id, job.run_lease)] = Pickup(
-                job, notified, woken, sent, returned
-            )
+            self.pickups[(job.job_id, job.run_lease)] = Pickup(job, notified, woken, sent, returned)
 
     def flushed(self, events: Sequence[CompletionEvent]) -> None:
         """Completer listener: these closes are durable now."""
