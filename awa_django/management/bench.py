@@ -12,8 +12,10 @@ call to the handler starting), so it includes commit, NOTIFY, claim and
 dispatch; with ``processes > 1`` that many workers run in this process (one
 event loop, a pool and a LISTEN connection each), so every NOTIFY wakes all
 of them as it would wake as many processes, and their claim counters can be
-read.  Run it on a dedicated database: WAL and commit counters are cluster
-and database wide.
+read.  The workers also record each pickup's readings, broken down hop by
+hop (NOTIFY, wake-up, claim, handler, close) in :mod:`.bench_hops`.  Run it
+on a dedicated database: WAL and commit counters are cluster and database
+wide.
 
 The focused stages (claims over backlogs, the serial floor, hot queues) and
 the comparisons (oversupply, telemetry, atomic, concurrency) reach into
@@ -47,6 +49,7 @@ from awa_django import Job, enqueue_many, job, ops
 from awa_django.conf import awa_settings
 
 # Internals, see the module docstring: in-process workers and their counters ...
+from awa_django.runtime.attempts.pickup import PickupTrace
 from awa_django.runtime.config import WorkerConfig, build_config
 from awa_django.runtime.process.supervisor import Supervisor
 from awa_django.runtime.process.worker import Worker
@@ -56,18 +59,27 @@ BENCH_IMPORT = "awa_django.management.bench"
 
 # Pickup latencies (seconds) seen by handlers in this process.
 LATENCIES: list[float] = []
+# The latency stage's jobs: the producer's perf_counter reading just before
+# ``enqueue`` (their ``sent_at``) -> the reading of their handler's first line.
+HANDLER_STARTS: dict[float, float] = {}
 
 
 @job(kind="awa_django.bench.noop_async", queue="awa_bench")
-async def noop_async(enqueued_at: float = 0.0) -> None:
+async def noop_async(enqueued_at: float = 0.0, sent_at: float = 0.0) -> None:
+    started = time.perf_counter()
     if enqueued_at:
         LATENCIES.append(time.time() - enqueued_at)
+    if sent_at:
+        HANDLER_STARTS[sent_at] = started
 
 
 @job(kind="awa_django.bench.noop_sync", queue="awa_bench")
-def noop_sync(enqueued_at: float = 0.0) -> None:
+def noop_sync(enqueued_at: float = 0.0, sent_at: float = 0.0) -> None:
+    started = time.perf_counter()
     if enqueued_at:
         LATENCIES.append(time.time() - enqueued_at)
+    if sent_at:
+        HANDLER_STARTS[sent_at] = started
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +106,8 @@ class BenchOptions:
     # --stripes: the QUEUE_STRIPE_COUNT values --hot-queue compares instead
     # of its shard and partition layouts (empty: those layouts).
     hot_stripes: tuple[int, ...] = ()
+    # False (--no-maintenance): the in-process workers never run for leader.
+    maintenance: bool = True
 
     @property
     def job(self) -> Job[..., Any]:
@@ -110,13 +124,14 @@ def environment() -> dict[str, Any]:
     }
 
 
-def percentiles(samples: list[float]) -> dict[str, float]:
+def percentiles(samples: list[float], digits: int = 2) -> dict[str, float]:
+    """p50/p95/p99 of ``samples`` (seconds) in ms, rounded to ``digits``."""
     if not samples:
         return {"p50_ms": 0.0, "p95_ms": 0.0, "p99_ms": 0.0}
     ordered = sorted(samples)
 
     def pick(q: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 2)
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, digits)
 
     return {"p50_ms": pick(0.50), "p95_ms": pick(0.95), "p99_ms": pick(0.99)}
 
@@ -133,6 +148,7 @@ def worker_config(
         burst=burst,
         imports=(BENCH_IMPORT, *imports),
         database=options.database,
+        maintenance=options.maintenance,
     )
     return config.with_queue_changes(claim_batch_size=min(512, options.workers))
 
@@ -251,8 +267,13 @@ def offered_rate(
     its own pool and LISTEN connection: every NOTIFY wakes all of them, as it
     would wake as many processes, and their claim counters stay readable.
     """
+    # Imported here: it builds on this module's percentiles().
+    from .bench_hops import breakdown
+
     LATENCIES.clear()
-    workers = [Worker(worker_config(options, burst=False)) for _ in range(options.processes)]
+    HANDLER_STARTS.clear()
+    traces = [PickupTrace() for _ in range(options.processes)]
+    workers = [Worker(worker_config(options, burst=False), trace=trace) for trace in traces]
     total = int(options.rate * options.duration)
     sent = 0
 
@@ -268,7 +289,7 @@ def offered_rate(
                 delay = begin + n / options.rate - time.perf_counter()
                 if delay > 0:
                     time.sleep(delay)
-                call.enqueue(time.time())
+                call.enqueue(time.time(), time.perf_counter())
                 sent += 1
         finally:
             connections.close_all()
@@ -302,6 +323,7 @@ def offered_rate(
         "pickup": percentiles(list(LATENCIES)),
         "mean_ms": round(statistics.fmean(LATENCIES) * 1000, 2) if LATENCIES else 0,
         **claim_counts(workers),
+        "hops": breakdown(traces, HANDLER_STARTS),
     }
 
 

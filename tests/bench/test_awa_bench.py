@@ -11,6 +11,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from awa_django import ops
+from awa_django.management import bench_hops
 from awa_django.management.commands import awa_bench
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -114,3 +115,31 @@ def test_a_repository_stage_outside_the_repository_says_where_it_lives(monkeypat
     monkeypatch.setattr(awa_bench, "STAGES_PACKAGE", "awa_no_such_checkout.stages")
     with pytest.raises(CommandError, match="checkout of the awa_django repository"):
         call_command("awa_bench", "--serial", "10", stdout=io.StringIO())
+
+
+def test_awa_bench_latency_breaks_pickups_down_hop_by_hop(tmp_path, queue):
+    """The latency stage reports each hop of the pickup path; every hop is a
+    difference of consecutive readings of one job, so none is negative and
+    the hops' means add up to the mean total (within the microsecond
+    rounding of each).  Every job finished is accounted for: broken down,
+    or counted under why it was left out."""
+    report_path = tmp_path / "bench.json"
+    out = io.StringIO()
+    call_command(
+        "awa_bench",
+        *("--skip", "enqueue", "--skip", "drain", "--rate", "40", "--duration", "0.5"),
+        *("--queue", queue, "--json", str(report_path)),
+        stdout=out,
+    )
+    latency = json.loads(report_path.read_text())["results"]["latency"]
+    hops = latency["hops"]
+    assert hops["jobs"] > 0
+    assert hops["jobs"] + sum(hops["excluded"].values()) == latency["completed"] == 20
+    for name in (*bench_hops.HOPS, "total"):
+        assert set(hops[name]) == {"p50_ms", "p95_ms", "p99_ms", "mean_ms"}
+        assert all(value >= 0 for value in hops[name].values()), name
+        assert hops[name]["p50_ms"] <= hops[name]["p95_ms"] <= hops[name]["p99_ms"]
+    means = sum(hops[name]["mean_ms"] for name in bench_hops.HOPS)
+    assert means == pytest.approx(hops["total"]["mean_ms"], abs=0.001 * len(bench_hops.HOPS))
+    assert hops["total"]["mean_ms"] > 0
+    assert "pickup hops" in out.getvalue() and "handler_to_close" in out.getvalue()

@@ -32,6 +32,7 @@ from awa_django.domain.payload import check_queue
 from awa_django.domain.stripes import MAX_STRIPES
 from awa_django.management import bench as workloads
 from awa_django.management.bench import BenchOptions
+from awa_django.management.bench_hops import hop_table
 from awa_django.management.options import add_database_argument
 from awa_django.runtime.process.worker import startup_heap_frozen
 
@@ -271,6 +272,12 @@ class Command(BaseCommand):
             f"each; default {DEFAULT_CONCURRENCY}) and report throughput limited/unlimited. "
             "With --skip enqueue --skip drain --skip latency only this comparison runs.",
         )
+        parser.add_argument(
+            "--no-maintenance",
+            action="store_true",
+            help="The in-process workers never compete for the maintenance leadership (its "
+            "ticks then stay out of the figures; run awa_maintenance elsewhere meanwhile).",
+        )
         parser.add_argument("--json", metavar="PATH", help="Also write the report as JSON to PATH.")
         add_database_argument(parser)
 
@@ -307,6 +314,7 @@ class Command(BaseCommand):
             hot_producers=options["producers"],
             hot_hold_ms=options["hold_ms"],
             hot_stripes=options["stripes"] or (),
+            maintenance=not options["no_maintenance"],
         )
         # The in-process drains run as a worker process would (run_worker).
         with startup_heap_frozen(awa_settings().worker_gc_freeze):
@@ -342,9 +350,15 @@ class Command(BaseCommand):
         table = Table(title=f"awa_bench ({report['environment']['date']})")
         table.add_column("measure")
         table.add_column("value", justify="right")
-        for key, value in _flatten(report["results"]):
+        results = dict(report["results"])
+        hops = results.get("latency", {}).get("hops")
+        if hops is not None:  # shown in a table of its own below
+            results["latency"] = {k: v for k, v in results["latency"].items() if k != "hops"}
+        for key, value in _flatten(results):
             table.add_row(key, f"{value:,}" if isinstance(value, int | float) else str(value))
         console.print(table)
+        if hops is not None:
+            console.print(hop_table(hops))
 
 
 def run_benchmark(

@@ -68,6 +68,7 @@ from .closing import ClaimBatch, Closer, _ThreadAttempt
 from .executor import Executor, context_for
 from .pacing import TokenBucket, WakeupBackoff, fleet_rate, local_rate
 from .permits import Permits, SharedPermits
+from .pickup import PickupTrace
 
 log = logging.getLogger("awa_django.worker")
 
@@ -98,6 +99,7 @@ class Dispatcher(Closer):
         permits: Permits | SharedPermits | None = None,
         stripes: Sequence[str] = (),
         idle: asyncio.Event | None = None,
+        trace: PickupTrace | None = None,
     ) -> None:
         self.policy = policy
         #: The physical queues claims visit (the queue's stripes, if any).
@@ -150,6 +152,8 @@ class Dispatcher(Closer):
         self._notified = [False] * self.claimers  # a loop's next claim answers a NOTIFY
         # Set (and replaced) by apply(): sleeping loops wake to the new policy.
         self._retuned = asyncio.Event()
+        # Readings of wake-ups and claims (awa_bench's hop breakdown); None: off.
+        self._trace = trace
 
     @property
     def name(self) -> str:
@@ -260,6 +264,8 @@ class Dispatcher(Closer):
             raise
         if observers.active:
             observers.claimed(self.policy.name, wanted, len(jobs), time.perf_counter() - began)
+        if self._trace is not None:
+            self._trace.claimed(self._wakeup, loop, jobs, began, time.perf_counter())
         self._count_claim(loop, len(jobs))
         self.permits.release(wanted - len(jobs))
         if bucket is not None:
@@ -375,6 +381,8 @@ class Dispatcher(Closer):
         )
         if woken == 0:
             self._notified[loop] = True
+            if self._trace is not None:
+                self._trace.woken(self._wakeup, loop)
             pause = self.backoff.delay()
             if pause > 0 and await self._wait(asyncio.sleep(pause), self._slot_freed.wait()) == 1:
                 woken = 2

@@ -24,6 +24,7 @@ import psycopg
 from psycopg import sql
 
 from ...storage.notify import queue_channel
+from ..attempts.pickup import PickupTrace
 from ..service import cancel_and_wait, close_quietly, raise_if_cancelled
 
 log = logging.getLogger("awa_django.worker")
@@ -40,11 +41,14 @@ class Notifier:
         conninfo: str,
         wakeups: dict[str, asyncio.Event],
         handlers: Mapping[str, Callable[[str], None]] | None = None,
+        trace: PickupTrace | None = None,
     ) -> None:
         self._conninfo = conninfo
         self._by_channel = {queue_channel(queue): event for queue, event in wakeups.items()}
         # channel -> called with each notification's payload
         self._handlers = dict(handlers or {})
+        # Stamps each wake-up it relays (awa_bench's hop breakdown); None: off.
+        self._trace = trace
         self.listening = asyncio.Event()
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._task: asyncio.Task[None] | None = None
@@ -67,6 +71,8 @@ class Notifier:
         async for notification in conn.notifies(timeout=timeout):
             event = self._by_channel.get(notification.channel)
             if event is not None:
+                if self._trace is not None:
+                    self._trace.notified(event)
                 event.set()
                 relayed += 1
                 continue

@@ -56,6 +56,7 @@ from ..attempts.dispatcher import Dispatcher
 from ..attempts.executor import Executor
 from ..attempts.overrides import OverrideRefresher
 from ..attempts.permits import Permits, SharedPermits, WeightedPool
+from ..attempts.pickup import PickupTrace
 from ..completion.completer import BatchCompleter, refused_for_good
 from ..completion.heartbeat import Heartbeat
 from ..completion.leases import CALLBACK_CHANNEL, CANCEL_CHANNEL, LeaseHub
@@ -80,7 +81,15 @@ OBSERVER_FLUSH_TIMEOUT = 5.0
 
 
 class Worker(Shutdown):
-    def __init__(self, config: WorkerConfig, *, health_slot: HealthSlot | None = None) -> None:
+    def __init__(
+        self,
+        config: WorkerConfig,
+        *,
+        health_slot: HealthSlot | None = None,
+        trace: PickupTrace | None = None,
+    ) -> None:
+        """``trace``: record every pickup's readings there (``awa_bench``'s hop
+        breakdown, see :mod:`..attempts.pickup`); off by default."""
         self.config = config
         self.stopping = asyncio.Event()
         # What the health probes read (runtime/health/listener.py): registered since
@@ -132,6 +141,7 @@ class Worker(Shutdown):
                 CANCEL_CHANNEL: self.leases.attempt_closed,
                 CALLBACK_CHANNEL: self.leases.callback_resumed,
             },
+            trace=trace,
         )
         # Set by a dispatcher that may have run out of work (see _until_drained).
         self.idle = asyncio.Event()
@@ -148,6 +158,7 @@ class Worker(Shutdown):
                 permits=self._permits_for(policy),
                 stripes=config.stripes_of(policy.name),
                 idle=self.idle,
+                trace=trace,
             )
             for policy in config.queues
         ]
@@ -158,6 +169,8 @@ class Worker(Shutdown):
         self.handed_back = 0
         self._run = run
         self.completer.set_fallback(self._fallback)
+        if trace is not None:
+            self.completer.subscribe(trace.flushed)
 
     def _fallback(self, closure: Closure, exc: Exception) -> Closure | None:
         """The closure the completer writes instead of one the database refused
