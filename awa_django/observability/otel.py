@@ -9,7 +9,8 @@ without importing it).
 
 Metrics
     One instrument per entry of :data:`.metrics.ALL` (see
-    :mod:`.otel_names` for how they are built and fed).
+    :mod:`.otel_names` for how they are built and fed; the observable
+    gauges read the process state kept in :mod:`.otel_gauges`).
 
 Spans
     ``send {queue}`` (PRODUCER) around an enqueue, and ``process {kind}``
@@ -54,16 +55,15 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
-import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
-from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
+from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import (
     Link,
     NonRecordingSpan,
@@ -80,6 +80,7 @@ from ..domain.records import DLQ, FAILED, RETRYABLE, ClaimedJob, Closure, Prepar
 from . import bulk, idle
 from . import metrics as table
 from .hooks import Observer, QueueSample
+from .otel_gauges import ProcessGauges
 from .otel_names import (
     CACHE_LIMIT,
     JOB_ATTEMPT,
@@ -91,7 +92,6 @@ from .otel_names import (
     MESSAGING_MESSAGE_ID,
     MESSAGING_OPERATION_TYPE,
     MESSAGING_SYSTEM,
-    SAMPLE_MAX_AGE,
     SCOPE,
     SYSTEM,
     Attributes,
@@ -158,12 +158,6 @@ class OtelObserver(Observer):
         # Bound once: a bound method built per job is one more allocation.
         self._record_closes_work = self._record_closes
         self._process: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
-        self._samples: tuple[float, Sequence[QueueSample]] | None = None
-        self._up: bool | None = None  # None until this process runs a worker
-        self._leader = False
-        # Attempts claimed and not yet closed or parked (awa.runtime.inflight).
-        self._running = 0
-        self._running_lock = threading.Lock()
         self._tracing = False  # a real tracer provider was seen (see scoped)
         # (provider, its tracer, that tracer's span processors, fast path or None)
         self._finisher: tuple[Any, Any, Any, FinishedSpans | None] | None = None
@@ -172,15 +166,18 @@ class OtelObserver(Observer):
             m.name: Totals(*m.attributes) for m in table.ALL if m.instrument == table.COUNTER
         }
         self._labels = {m.name: Attributes(*m.attributes) for m in table.ALL}
+        gauges = self._gauges = ProcessGauges(
+            self._labels[table.QUEUE_DEPTH.name], self._labels[table.QUEUE_LAG.name]
+        )
         self.instruments = instruments(
             self.meter,
             self._totals,
             {
-                table.QUEUE_DEPTH.name: self._observe_depth,
-                table.QUEUE_LAG.name: self._observe_lag,
-                table.RUNTIME_UP.name: self._observe_up,
-                table.RUNTIME_LEADER.name: self._observe_leader,
-                table.INFLIGHT.name: self._observe_inflight,
+                table.QUEUE_DEPTH.name: gauges.depth,
+                table.QUEUE_LAG.name: gauges.lag,
+                table.RUNTIME_UP.name: gauges.up,
+                table.RUNTIME_LEADER.name: gauges.leader,
+                table.INFLIGHT.name: gauges.inflight,
             },
         )
         totals, ins = self._totals, self.instruments
@@ -203,8 +200,6 @@ class OtelObserver(Observer):
         self._job_labels = self._labels[table.JOB_DURATION.name]
         self._task_duration = ins[table.TASK_DURATION.name]
         self._task_labels = self._labels[table.TASK_DURATION.name]
-        self._depth_labels = self._labels[table.QUEUE_DEPTH.name]
-        self._lag_labels = self._labels[table.QUEUE_LAG.name]
 
     @property
     def scoped(self) -> bool:  # type: ignore[override]
@@ -260,8 +255,7 @@ class OtelObserver(Observer):
         self._claim_duration.record(seconds, self._claim_labels(queue))
         if claimed:
             self._claimed.add(values, claimed)
-            with self._running_lock:
-                self._running += claimed
+            self._gauges.claimed(claimed)
         else:
             self._empty_claims.add(values)
 
@@ -334,7 +328,7 @@ class OtelObserver(Observer):
         return found
 
     def closed(self, job: ClaimedJob, closure: Closure, applied: bool, seconds: float) -> None:
-        self._settled()
+        self._gauges.settled()
         self._deferred.put(
             (self._record_closes_work, ((job, closure, applied),), seconds, time.time_ns())
         )
@@ -343,8 +337,7 @@ class OtelObserver(Observer):
         self, closes: Sequence[tuple[ClaimedJob, Closure, bool]], seconds: float
     ) -> None:
         # One lock, one clock read and one item for the whole group.
-        with self._running_lock:
-            self._running = max(self._running - len(closes), 0)
+        self._gauges.settled(len(closes))
         self._deferred.put((self._record_closes_work, closes, seconds, time.time_ns()))
 
     def _record_closes(
@@ -442,12 +435,8 @@ class OtelObserver(Observer):
             span.set_status(Status(StatusCode.ERROR, description))
         span.end(end_ns)
 
-    def _settled(self) -> None:
-        with self._running_lock:
-            self._running = max(self._running - 1, 0)
-
     def parked(self, job: ClaimedJob) -> None:
-        self._settled()
+        self._gauges.settled()
         lazy = self._open.pop((job.job_id, job.run_lease), None)
         if lazy is not None:
             self._deferred.put((end_parked, lazy, time.time_ns()))
@@ -466,22 +455,12 @@ class OtelObserver(Observer):
         self._rescues.add((reason,), count)
 
     def queues_sampled(self, samples: Sequence[QueueSample]) -> None:
-        self._samples = (time.monotonic(), tuple(samples))
+        self._gauges.sampled(samples)
 
     def runtime(self, state: str) -> None:
-        if state == "started":
-            self._up = True
-        elif state == "stopped":
-            self._up = False
-            self._leader = False
-            with self._running_lock:
-                self._running = 0  # attempts handed back or interrupted on the way out
+        self._gauges.runtime(state)
+        if state == "stopped":
             self._abandon_open()
-        elif state == "leader":
-            self._leader = True
-        elif state == "follower":
-            self._leader = False
-            self._samples = None  # the next leader reports the queues
 
     def flush(self, timeout: float) -> None:
         """Export what the SDK buffered (spans, metrics), within ``timeout`` overall."""
@@ -502,36 +481,3 @@ class OtelObserver(Observer):
         left, self._open = self._open, {}
         for lazy in left.values():
             lazy.real("abandoned").end()
-
-    # -- observable gauges -------------------------------------------------------
-
-    def _fresh_samples(self) -> Sequence[QueueSample]:
-        taken = self._samples
-        if taken is None or time.monotonic() - taken[0] > SAMPLE_MAX_AGE:
-            return ()
-        return taken[1]
-
-    def _observe_depth(self, options: CallbackOptions) -> Iterable[Observation]:
-        for sample in self._fresh_samples():
-            for state, value in (
-                ("available", sample.available),
-                ("scheduled", sample.scheduled),
-                ("running", sample.running),
-            ):
-                yield Observation(value, self._depth_labels(sample.queue, state))
-
-    def _observe_lag(self, options: CallbackOptions) -> Iterable[Observation]:
-        for sample in self._fresh_samples():
-            yield Observation(sample.lag, self._lag_labels(sample.queue))
-
-    def _observe_up(self, options: CallbackOptions) -> Iterable[Observation]:
-        if self._up is not None:
-            yield Observation(1 if self._up else 0)
-
-    def _observe_leader(self, options: CallbackOptions) -> Iterable[Observation]:
-        if self._up is not None:
-            yield Observation(1 if self._leader else 0)
-
-    def _observe_inflight(self, options: CallbackOptions) -> Iterable[Observation]:
-        if self._up is not None:
-            yield Observation(self._running)
