@@ -8,8 +8,10 @@ holds what each job must be; the invariants are the spec's:
 
 * every job appears in exactly one state, the one the model says (a
   terminal job until prune reclaims its history, and never again after);
-* ``run_lease`` only grows per job, and an attempt once closed never
-  reopens: closing it again always loses;
+* ``run_lease`` only grows per job (a DLQ retry starts it again from
+  zero, as the spec says), and an attempt once closed never reopens:
+  closing it again always loses, even against a later attempt that
+  repeats its lease;
 * the exact counters equal the model's counts for every live state.
 
 Where the outcome of a step is the system's choice (a rescue of a parked
@@ -61,7 +63,8 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.running: list[ClaimedJob] = []  # open receipt attempts
         self.parked: dict[uuid.UUID, ClaimedJob] = {}  # callback id -> parked attempt
         self.closed: list[ClaimedJob] = []  # attempts closed one way or another
-        self.leases: dict[int, int] = {}  # job id -> highest run_lease seen
+        # job id -> highest run_lease since its enqueue or its last DLQ retry
+        self.leases: dict[int, int] = {}
         self.gone: set[int] = set()  # terminal jobs whose history was pruned
 
     def teardown(self) -> None:
@@ -147,6 +150,11 @@ class LifecycleMachine(RuleBasedStateMachine):
     def dlq_retry(self, data):
         job_id = data.draw(st.sampled_from(self._live("dlq")))
         assert self.store.run(dlq.retry([job_id])) == [job_id]
+        # A DLQ retry starts run_lease again from zero (the spec), so the next
+        # claim may repeat an earlier attempt's lease: only its claim nonce
+        # tells them apart, and closed_attempt_never_reopens keeps drawing the
+        # old attempts to prove that it does.
+        self.leases.pop(job_id, None)
         # Back in the queue, due now: waiting for promotion, or already ready.
         observed = self._observed(job_id)
         assert observed in {"retryable", "available"}, observed
@@ -289,3 +297,22 @@ def test_lifecycle_state_machine(reset_awa):
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     )
     runner().runTest()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_after_a_dlq_retry_the_old_attempt_cannot_close_the_new_one_with_its_lease(store):
+    """The sequence the machine found: dead-lettered, retried from the DLQ,
+    claimed again with the same run_lease (1); the old attempt's close must
+    lose and the new one's win."""
+    [job_id] = store.enqueue(QUEUE, 1)
+    [first] = store.claim(QUEUE, 1)
+    assert store.close([first], "dlq")
+    assert store.run(dlq.retry([job_id])) == [job_id]
+    store.promote()
+    [second] = store.claim(QUEUE, 1)
+    assert (second.job_id, second.run_lease) == (job_id, first.run_lease)
+    assert second.claim_nonce != first.claim_nonce
+    assert store.close([first], "completed") == set()
+    assert store.states(QUEUE) == {job_id: "running"}
+    assert store.close([second], "completed")
+    assert store.states(QUEUE) == {job_id: "completed"}
