@@ -151,7 +151,7 @@ class JobCall(Generic[P, R]):
             args_json,
             kwargs_json,
             metadata_json,
-            list(options.tags),
+            options.tags,
             run_at,
             options.stored_ordering_key,
             options.database,
