@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 
 from awa_django import InvalidJob
 from awa_django.domain import payload
-
 from tests.conftest import examples
 
 REFERENCE = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
@@ -31,9 +30,11 @@ scalars = (
 )
 json_values = st.recursive(
     scalars,
-    lambda children: st.lists(children, max_size=4)
-    | st.tuples(children, children)
-    | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.tuples(children, children)
+        | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
     max_leaves=20,
 )
 
