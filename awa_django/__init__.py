@@ -91,7 +91,7 @@ def enqueue_many(
             raise InvalidJob(
                 f"enqueue_many takes jobs from Job.prepare(...), got {type(item).__name__}"
             )
-    aliases = {alias_for(item.database or database) for item in prepared}
+    aliases = {alias_for(alias or database) for alias in {item.database for item in prepared}}
     if len(aliases) > 1:
         raise InvalidJob(f"enqueue_many got jobs for several databases: {sorted(aliases)}")
     if not prepared:

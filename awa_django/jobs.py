@@ -135,14 +135,15 @@ class JobCall(Generic[P, R]):
         if options.run_in is not None:
             run_at = clock.now() + dt.timedelta(seconds=options.run_in)
         job.check_arguments(args, kwargs)
-        args_json, kwargs_json = encode_arguments(args, kwargs, awa_settings().max_payload_bytes)
+        limit = awa_settings().max_payload_bytes
+        args_json, kwargs_json = encode_arguments(args, kwargs, limit)
         key = options.concurrency_key or concurrency.resolve_key(job.concurrency_key, args, kwargs)
         metadata_json = options.stored_metadata(
             key,
             options.concurrency_limit or job.concurrency_limit or 1,
             observers.traceparent() if observers.active else None,
         )
-        check_metadata_size(metadata_json, awa_settings().max_payload_bytes)
+        check_metadata_size(metadata_json, limit)
         return PreparedJob(
             job.kind,
             options.queue,
@@ -151,7 +152,7 @@ class JobCall(Generic[P, R]):
             args_json,
             kwargs_json,
             metadata_json,
-            list(options.tags),
+            options.tags,
             run_at,
             options.stored_ordering_key,
             options.database,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..conf import QUEUE_NAME_RE
@@ -170,13 +170,21 @@ def check_ordering_key(key: Any) -> str | None:
 MAX_NESTING = 256
 
 
+#: The containers JSON nests (a tuple of types: ``isinstance`` against it is
+#: several times cheaper than against ``dict | list | tuple``, and this runs
+#: for every element of every job's arguments).
+_CONTAINERS = (dict, list, tuple)
+
+
 def _check_keys(value: Any, path: str) -> None:
     # Iterative walk: only dict keys and the nesting depth need checking,
-    # json.dumps rejects the rest.
+    # the encoder rejects the rest.  The depth bound also stops a circular
+    # structure here, which is what lets _encode skip the encoder's own
+    # circular-reference bookkeeping.
     stack = [(value, path, 1)]
     while stack:
         item, where, depth = stack.pop()
-        if depth > MAX_NESTING and isinstance(item, dict | list | tuple):
+        if depth > MAX_NESTING and isinstance(item, _CONTAINERS):
             raise InvalidJob(f"{path} nests lists and dicts deeper than {MAX_NESTING} levels")
         if isinstance(item, dict):
             for key, child in item.items():
@@ -185,11 +193,11 @@ def _check_keys(value: Any, path: str) -> None:
                         f"{where} has a non-string dict key {key!r}: JSON object keys "
                         "must be strings"
                     )
-                if isinstance(child, dict | list | tuple):
+                if isinstance(child, _CONTAINERS):
                     stack.append((child, f"{where}[{key!r}]", depth + 1))
         elif isinstance(item, list | tuple):
             for index, child in enumerate(item):
-                if isinstance(child, dict | list | tuple):
+                if isinstance(child, _CONTAINERS):
                     stack.append((child, f"{where}[{index}]", depth + 1))
 
 
@@ -197,11 +205,45 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(","
 _ASCII_ENCODER = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":"))
 
 
+def _one_shot_encoder() -> Callable[[Any], str]:
+    """``_ENCODER.encode`` without its per-call set-up.
+
+    ``JSONEncoder.encode`` builds a new C encoder (and a dict of the
+    containers it has entered, to detect cycles) on every call: most of the
+    time of encoding a job's few arguments.  The C encoder is built once
+    here, with the same options and ``default``, and without the cycle dict:
+    :func:`_check_keys` runs first and bounds the nesting, so no cycle
+    reaches it.  Where the C accelerator is missing (or differs) this is
+    ``_ENCODER.encode`` itself.
+    """
+    make = getattr(json.encoder, "c_make_encoder", None)
+    basestring = getattr(json.encoder, "c_encode_basestring", None)
+    if make is None or basestring is None:
+        return _ENCODER.encode
+    try:
+        chunks = make(None, _ENCODER.default, basestring, None, ":", ",", False, False, False)
+    except TypeError:  # another signature: not the encoder this was written for
+        return _ENCODER.encode
+
+    def encode(value: Any) -> str:
+        return "".join(chunks(value, 0))
+
+    probe = [1, 2.5, "é\n", None, True, {"k": [()]}]
+    try:
+        same = encode(probe) == _ENCODER.encode(probe)
+    except Exception:  # any surprise means: use the reference encoder
+        same = False
+    return encode if same else _ENCODER.encode
+
+
+_encode = _one_shot_encoder()
+
+
 def to_json(value: Any, field: str) -> str:
     """Serialise ``value`` to compact JSON text or raise InvalidJob."""
     _check_keys(value, field)
     try:
-        text = _ENCODER.encode(value)
+        text = _encode(value)
     except (TypeError, ValueError) as exc:
         raise InvalidJob(f"{field} is not JSON-serialisable: {exc}") from None
     if not text.isascii():
@@ -249,7 +291,8 @@ def encode_arguments(
     args: tuple[Any, ...], kwargs: Mapping[str, Any], limit: int
 ) -> tuple[str, str]:
     """JSON text of positional and keyword arguments, within ``limit`` bytes."""
-    args_json = to_json(list(args), "args") if args else "[]"
+    # A tuple encodes as a JSON array, like the list it would be copied to.
+    args_json = to_json(args, "args") if args else "[]"
     kwargs_json = to_json(kwargs, "kwargs") if kwargs else "{}"
     size = len(args_json) + len(kwargs_json)  # exact for ASCII text
     if not (args_json.isascii() and kwargs_json.isascii()):

@@ -259,7 +259,10 @@ class PreparedJob:
     args_json: str
     kwargs_json: str
     metadata_json: str
-    tags: list[str]
+    #: A tuple, shared with the options it came from: a list per job is a
+    #: second object for the garbage collector to track, which costs a bulk
+    #: enqueue of 50,000 jobs about 1 µs a job of collection time.
+    tags: tuple[str, ...]
     run_at: dt.datetime | None
     ordering_key: str | None
     database: str | None

@@ -34,7 +34,7 @@ def _columns(job: PreparedJob) -> list[object]:
         job.args_json,
         job.kwargs_json,
         job.metadata_json,
-        job.tags,
+        list(job.tags),  # psycopg adapts a list, not a tuple, as an array
         job.max_attempts,
         job.run_at,
         job.ordering_key,
@@ -132,8 +132,11 @@ def enqueue_many(
         else:
             ids[index] = written.id
     now = dt.datetime.now(dt.UTC)
-    ready = [i for i in plain if _due(jobs[i], now)]
-    deferred = [i for i in plain if not _due(jobs[i], now)]
+    ready: list[int] = []
+    deferred: list[int] = []
+    for i in plain:
+        run_at = jobs[i].run_at
+        (ready if run_at is None or run_at <= now else deferred).append(i)
     queues = [job.queue for job in jobs]
     if stripes.stripe_count() > 1:
         queues = stripes.route_batch(queues, [job.ordering_key for job in jobs])
@@ -183,10 +186,6 @@ def _one_lane(jobs: Sequence[PreparedJob], queues: Sequence[str], ready: list[in
     return True
 
 
-def _due(job: PreparedJob, now: dt.datetime) -> bool:
-    return job.run_at is None or job.run_at <= now
-
-
 def _sql(name: str) -> str:
     from ..sql import query
 
@@ -198,7 +197,7 @@ _NULL = "\\N"
 _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 
 
-def _array_literal(values: list[str]) -> str:
+def _array_literal(values: Sequence[str]) -> str:
     if not values:
         return "{}"
     quoted = (v.replace("\\", "\\\\").replace('"', '\\"') for v in values)
@@ -275,11 +274,20 @@ def _deferred_rows(
 def _body(item: PreparedJob, esc: Callable[[str], str]) -> str:
     """The columns both tables share: kind .. ordering_key, tab-separated."""
     ordering_key = _NULL if item.ordering_key is None else esc(item.ordering_key)
+    tags = esc(_array_literal(item.tags)) if item.tags else "{}"
     return (
-        f"{esc(item.kind)}\t{item.args_json.translate(_COPY_ESCAPES)}\t"
-        f"{item.kwargs_json.translate(_COPY_ESCAPES)}\t{esc(item.metadata_json)}\t"
-        f"{esc(_array_literal(item.tags))}\t{item.max_attempts}\t{ordering_key}"
+        f"{esc(item.kind)}\t{_copy_text(item.args_json)}\t{_copy_text(item.kwargs_json)}\t"
+        f"{esc(item.metadata_json)}\t{tags}\t{item.max_attempts}\t{ordering_key}"
     )
+
+
+def _copy_text(value: str) -> str:
+    """``value`` COPY-escaped.  Most arguments have nothing to escape (JSON
+    text holds no raw tab or newline), and the two tests are cheaper than
+    ``translate``, which copies the string whatever it holds."""
+    if "\\" not in value and value.isprintable():
+        return value
+    return value.translate(_COPY_ESCAPES)
 
 
 def _escaper() -> Callable[[str], str]:

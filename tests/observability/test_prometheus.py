@@ -72,7 +72,7 @@ def attempt(queue: str = "email", kind: str = "app.send", attempt: int = 1) -> C
 
 
 def prepared(queue: str, kind: str) -> PreparedJob:
-    return PreparedJob(kind, queue, 2, 3, "[]", "{}", "{}", [], None, None, None)
+    return PreparedJob(kind, queue, 2, 3, "[]", "{}", "{}", (), None, None, None)
 
 
 def test_every_metric_of_the_table_is_declared_under_its_prometheus_name(observer):

@@ -325,3 +325,71 @@ def test_a_batch_for_a_sharded_queue_is_spread_over_its_shards(db, queue):
     shards = {shard for shard, *_ in segments(queue)}
     assert len(shards) > 1
     assert sorted(job_id for job_id, _ in lane_seqs(queue)) == sorted(ids)
+
+
+def count_statements(monkeypatch) -> list[str]:
+    """The statements storage operations send from now on, by kind
+    (``Execute`` / ``Copy``): each is one round trip to the server."""
+    from awa_django.storage import base
+
+    sent: list[str] = []
+    drive = base._drive
+
+    def counting(op, execute):
+        def send(step):
+            sent.append(type(step).__name__)
+            return execute(step)
+
+        return drive(op, send)
+
+    monkeypatch.setattr(base, "_drive", counting)
+    return sent
+
+
+@pytest.mark.parametrize("run_at", ["now", "later", "mixed"])
+def test_enqueue_many_sends_as_many_statements_for_2000_jobs_as_for_2(
+    db, queue, monkeypatch, run_at
+):
+    # The COPY path's round trips do not grow with the batch: a reservation
+    # and a COPY for the ready jobs, the same for the deferred ones.
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=1)
+
+    def batch(n):
+        when = {"now": [None], "later": [later], "mixed": [None, later]}[run_at]
+        return [
+            noop.using(queue=queue, run_at=when[i % len(when)]).prepare(i, tag="x\ty\\z")
+            for i in range(n)
+        ]
+
+    small, large = batch(2), batch(2000)
+    sent = count_statements(monkeypatch)
+    awa_django.enqueue_many(small)
+    for_small = list(sent)
+    sent.clear()
+    ids = awa_django.enqueue_many(large)
+    assert sent == for_small
+    assert sent.count("Copy") == (2 if run_at == "mixed" else 1)
+    assert len(sent) == 2 * sent.count("Copy")
+    assert ops.get_job(ids[-1]).kwargs == {"tag": "x\ty\\z"}
+
+
+def test_hand_built_json_with_raw_whitespace_survives_the_copy(db, queue):
+    # JSON may hold a raw tab or newline between tokens; the COPY text must
+    # escape them (prepare never writes them, a hand-built PreparedJob can).
+    made = noop.using(queue=queue).prepare()
+    made.args_json = '[1,\t"a\\\\b",\n2]'
+    made.kwargs_json = '{"k":\r\n"v"}'
+    (job_id,) = awa_django.enqueue_many([made])
+    info = ops.get_job(job_id)
+    assert info.args == [1, "a\\b", 2]
+    assert info.kwargs == {"k": "v"}
+
+
+def test_prepared_jobs_share_their_options_tags(db, queue):
+    call = noop.using(queue=queue, tags=["a", "b\tc"])
+    first, second = call.prepare(1), call.prepare(2)
+    assert first.tags == ("a", "b\tc") and first.tags is second.tags
+    assert noop.using(queue=queue).prepare().tags == ()
+    ids = awa_django.enqueue_many([first, second])
+    one = call.enqueue(3)
+    assert [ops.get_job(i).tags for i in [*ids, one.id]] == [["a", "b\tc"]] * 3

@@ -34,6 +34,12 @@ def row_counts() -> dict[str, int]:
     return counts
 
 
+def _circular() -> list[object]:
+    loop: list[object] = []
+    loop.append(loop)
+    return loop
+
+
 BAD_CALLS = {
     "priority 0": lambda q: noop.using(queue=q, priority=0).enqueue(),
     "priority 5": lambda q: noop.using(queue=q, priority=5).enqueue(),
@@ -47,6 +53,7 @@ BAD_CALLS = {
     "infinite argument": lambda q: noop.using(queue=q).enqueue(float("inf")),
     "non-string dict key": lambda q: noop.using(queue=q).enqueue({1: "a"}),
     "nested non-string key": lambda q: noop.using(queue=q).enqueue([{"ok": {None: 1}}]),
+    "circular argument": lambda q: noop.using(queue=q).enqueue(_circular()),
     "empty queue name": lambda q: noop.using(queue="").enqueue(),
     "queue with space": lambda q: noop.using(queue="bad queue").enqueue(),
     "queue leading dash": lambda q: noop.using(queue="-bad").enqueue(),
