@@ -333,10 +333,12 @@ def test_a_blocked_event_loop_cannot_answer(queue, start_probed):
 # --- --processes N: the supervisor answers for its children -----------------------------
 
 
-def test_a_supervisor_serves_one_listener_for_all_its_processes(queue, start_probed):
-    before = set(glob.glob("/tmp/awa-prometheus-*"))
-    worker = start_probed("--queue", queue, "--processes", "2")
+def test_a_supervisor_serves_one_listener_for_all_its_processes(queue, start_probed, tmp_path):
+    # A temporary directory of its own: other tests' supervisors (in other
+    # xdist processes) make and remove theirs in the shared one meanwhile.
+    worker = start_probed("--queue", queue, "--processes", "2", env={"TMPDIR": str(tmp_path)})
     answer = worker.poll("/readyz", ready)
+    assert len(glob.glob(f"{tmp_path}/awa-prometheus-*")) == 1
     body = answer.json()
     assert body["pid"] == worker.pid
     assert body["checks"]["processes"] == {"ok": True, "ready": 2, "total": 2}
@@ -378,7 +380,7 @@ def test_a_supervisor_serves_one_listener_for_all_its_processes(queue, start_pro
     assert stopping.json()["checks"]["state"]["state"] == "stopping"
     assert worker.wait(timeout=60) == 0, worker.text()[-4000:]
     # The supervisor removed the metrics directory it made.
-    assert set(glob.glob("/tmp/awa-prometheus-*")) <= before
+    assert glob.glob(f"{tmp_path}/awa-prometheus-*") == []
 
 
 def test_a_supervisor_reports_a_stuck_child_and_a_restarted_one(queue, start_probed):
