@@ -1,0 +1,196 @@
+"""Maintenance the hot path cannot feel (``sql/schema/maintenance.sql``).
+
+A prune holds ACCESS EXCLUSIVE on the children of the slot it empties from
+its lock to its commit.  Nothing live is in that slot, so no claim, close,
+heartbeat, enqueue or promotion may wait on it: one that did would stall
+for the whole window, and every statement after it would queue behind.
+
+Each test stops a real prune inside that window: another session holds an
+uncommitted ``ring_status`` row, and prune writes its outcome there after
+it has truncated the slot, with every lock still held.  While it waits the
+worker's statements run, each on its own session, and a statement that
+waits on a lock (``pg_locks.granted`` false, ``wait_event_type`` 'Lock') is
+cancelled and reported with the relation it waited for.  No timing is
+asserted: the tests look at the lock table, not a clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import pytest
+
+from awa_django.domain.records import ClaimedJob, Closure
+from awa_django.storage import SyncRunner, attempts, leases
+from awa_django.storage.connection import conninfo
+from awa_django.storage.enqueue import enqueue_many, enqueue_one
+from awa_django.storage.status import RING_TABLES
+from tests.factories import TEST_RUNTIME, JobFactory, closure_for
+
+from .test_prune_lock import _pruning, _until
+
+HOT = "hot"
+SLOTS = {"queue": 16, "claim": 8, "lease": 8}
+ROOT = {"queue": "ready_segments", "claim": "lease_claim_batches", "lease": "leases"}
+
+Operation = Callable[[SyncRunner], Any]
+
+
+def _leased_churn(store, queue: str) -> None:
+    """One job through its whole life as a lease: the lease slot gets storage."""
+    store.enqueue(queue)
+    [job] = store.claim(queue, 1)
+    assert store.run(leases.materialize(job, TEST_RUNTIME))
+    assert store.run(attempts.close_attempts([_leased(job)]))
+
+
+def _leased(job: ClaimedJob) -> Closure:
+    """The completion of ``job`` once it escalated to a lease."""
+    return dataclasses.replace(closure_for(job, "completed"), leased=True)
+
+
+def _fill_ring(store, ring: str) -> int:
+    """Rotate ``ring`` once round without pruning: its prune target is then a
+    slot of finished history (nothing live in it).  Returns that slot."""
+
+    def churn(queue: str) -> None:
+        if ring == "lease":
+            _leased_churn(store, queue)
+        else:
+            store.churn(queue)
+
+    for _ in range(SLOTS[ring]):
+        target = (store.cursor_slot(ring) + 1) % SLOTS[ring]
+        if not store.scalar("SELECT awa.ring_slot_empty(%s, %s)", [ring, target]):
+            return target
+        churn("churn")
+        assert store.rotate(ring) == "rotated"
+    raise AssertionError(f"the {ring} ring never came round")
+
+
+def _live_work(store) -> dict[str, Operation]:
+    """The statements a worker, a producer and the leader's promotion run,
+    each with the live rows it needs (all in the rings' current slots)."""
+    store.enqueue(HOT, 8)  # five handed out here, the rest for the claim
+    completed, failed, retried, leased, deferred = store.claim(HOT, 5)
+    assert store.run(leases.materialize(leased, TEST_RUNTIME))
+    store.close([deferred], "retryable")  # due at once: promotion's work
+    return {
+        "claim": lambda run: run(attempts.claim(HOT, 2, TEST_RUNTIME, 300.0, 0.0)),
+        "close completed": lambda run: run(
+            attempts.close_attempts([closure_for(completed, "completed")])
+        ),
+        "close failed": lambda run: run(attempts.close_attempts([closure_for(failed, "failed")])),
+        "close retryable": lambda run: run(
+            attempts.close_attempts([closure_for(retried, "retryable")])
+        ),
+        "lease heartbeat": lambda run: run(leases.heartbeat(TEST_RUNTIME, [leased])),
+        "close leased": lambda run: run(attempts.close_attempts([_leased(leased)])),
+        "enqueue": lambda run: run(enqueue_one(JobFactory.build(queue=HOT))),
+        "enqueue_many": lambda run: run(
+            enqueue_many([JobFactory.build(queue=HOT) for _ in range(3)])
+        ),
+        "promote": lambda run: run(attempts.promote_due(100)),
+    }
+
+
+@contextmanager
+def _outcome_held(ring: str) -> Iterator[psycopg.Connection]:
+    """An uncommitted ``ring_status`` row for ``ring``'s prune: a prune that
+    truncated waits on it with its locks held, until the yielded session
+    rolls back."""
+    with psycopg.connect(conninfo()) as holder:
+        holder.execute(
+            "INSERT INTO awa.ring_status AS s (ring, action, outcome) VALUES (%s, 'prune', 'held')"
+            " ON CONFLICT (ring, action) DO UPDATE SET outcome = s.outcome",
+            [ring],
+        )
+        try:
+            yield holder
+        finally:
+            holder.rollback()
+
+
+def _exclusive_held(store, pid: int, relations: list[str]) -> set[str]:
+    rows = store.conn.execute(
+        "SELECT c.relname FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
+        " WHERE l.pid = %s AND l.granted AND l.mode = 'AccessExclusiveLock'"
+        " AND c.relname = ANY (%s)",
+        [pid, relations],
+    ).fetchall()
+    return {name for (name,) in rows}
+
+
+def _waiting_on(store, pid: int) -> list[str]:
+    """What session ``pid`` waits for: the relations (or lock types) of its
+    ungranted locks, or its wait event when that is a lock."""
+    rows = store.conn.execute(
+        "SELECT COALESCE(l.relation::regclass::text,"
+        " l.locktype || COALESCE(' ' || l.classid::regclass || ' ' || l.objid, ''))"
+        " FROM pg_locks l"
+        " WHERE l.pid = %s AND NOT l.granted"
+        " UNION"
+        " SELECT 'wait_event ' || a.wait_event FROM pg_stat_activity a"
+        " WHERE a.pid = %s AND a.wait_event_type = 'Lock'",
+        [pid, pid],
+    ).fetchall()
+    return sorted(name for (name,) in rows)
+
+
+def _waits(store, operation: Operation) -> list[str]:
+    """Run ``operation`` on a session of its own; [] when it finished without
+    waiting on a lock, else what it waited for (it is then cancelled)."""
+    with (
+        psycopg.connect(conninfo(), autocommit=True) as conn,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        conn.execute("SET statement_timeout = '60s'")  # a mistake fails, never hangs
+        pid = conn.info.backend_pid
+        done = pool.submit(operation, SyncRunner(conn))
+        while not done.done():
+            waiting = _waiting_on(store, pid)
+            if waiting:
+                store.conn.execute("SELECT pg_cancel_backend(%s)", [pid])
+                with pytest.raises(psycopg.errors.QueryCanceled):
+                    done.result()
+                return waiting
+            time.sleep(0.002)  # polls the lock table, not a timer
+        done.result()
+        return []
+
+
+# Today: the claim's lane probes wait on ready_segments_<slot>; the lease
+# heartbeat and the close of a leased attempt wait on leases_<slot>.
+_WAITS_TODAY = pytest.mark.xfail(strict=True, reason="hot statements read every partition")
+
+
+@pytest.mark.parametrize(
+    "ring",
+    [
+        pytest.param("queue", marks=_WAITS_TODAY),
+        "claim",
+        pytest.param("lease", marks=_WAITS_TODAY),
+    ],
+)
+def test_no_hot_statement_waits_on_a_prune_holding_its_lock(store, ring):
+    slot = _fill_ring(store, ring)
+    work = _live_work(store)
+    children = [f"{table}_{slot}" for table in RING_TABLES[ring]]
+    with _outcome_held(ring) as holder, _pruning(ring) as (pid, outcome):
+        # Prune truncated the slot and holds every child of it exclusively.
+        _until(
+            lambda: (
+                _exclusive_held(store, pid, children) == set(children)
+                and "transactionid" in _waiting_on(store, pid)
+            )
+        )
+        waits = {name: _waits(store, operation) for name, operation in work.items()}
+        holder.rollback()
+        assert outcome.result() == "pruned"
+    assert {name: waited for name, waited in waits.items() if waited} == {}
