@@ -74,7 +74,7 @@ LANGUAGE sql IMMUTABLE AS $$
     SELECT ARRAY[
         'substrate_info', 'ring_config', 'queue_ring_rotations', 'claim_ring_rotations',
         'lease_ring_rotations', 'ring_status', 'queue_terminal_rollups', 'runtime_instances',
-        'queue_samples']
+        'queue_samples', 'ring_retirements']
 $$;
 
 -- Apply the maintainer rule (see the header).  Idempotent; run by the
