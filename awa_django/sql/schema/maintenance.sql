@@ -13,8 +13,9 @@
 --              claimable ready row, no open receipt or live lease pointing
 --              into the slot; claim ring: every receipt has distinct
 --              closure evidence; lease ring: no lease;
---           3. the slot and its stamp go into awa.ring_retirements and
---              commit ('retired').
+--           3. unless a writer of the slot is still in flight (SHARE
+--              NOWAIT on the root child), the slot and its stamp go into
+--              awa.ring_retirements and commit ('retired').
 --   empty   4. the next call notes when it first saw the retirement
 --              (seen_at) and waits, call after call ('retired'), until no
 --              transaction older than that still holds a snapshot;
@@ -77,6 +78,11 @@
 -- lanes.  It locks the enqueue heads it wants in one global order with
 -- SKIP LOCKED: a lane a producer holds keeps its jobs until a later tick,
 -- so promotion never waits on a producer and cannot deadlock with one.
+
+-- Migration 0002 runs this file first: the substrate lock keeps it from
+-- interleaving with another `migrate` (rings.sql takes it for 0001).
+SET LOCAL client_min_messages = warning;
+SELECT pg_advisory_xact_lock(hashtext('awa_django.substrate'));
 
 -- Slots proven inactive and about to be emptied (see the header).  A
 -- handful of rows at most, and none between prunes.
@@ -581,6 +587,14 @@ BEGIN
 END
 $$;
 
+-- The ring table every writer of a slot appends to (see the header).
+CREATE OR REPLACE FUNCTION awa.ring_root(p_ring text) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE p_ring WHEN 'queue' THEN 'ready_segments'
+                       WHEN 'claim' THEN 'lease_claim_batches'
+                       ELSE 'leases' END
+$$;
+
 -- Rows of the slot's root child, the one every write that could outdate the
 -- prune proofs appends to (see the header).  READ COMMITTED callers only: a
 -- second call must see what committed in between.
@@ -589,10 +603,7 @@ LANGUAGE plpgsql STABLE AS $$
 DECLARE
     v_rows bigint;
 BEGIN
-    EXECUTE format('SELECT count(*) FROM awa.%I',
-                   CASE p_ring WHEN 'queue' THEN 'ready_segments'
-                               WHEN 'claim' THEN 'lease_claim_batches'
-                               ELSE 'leases' END || '_' || p_slot)
+    EXECUTE format('SELECT count(*) FROM awa.%I', awa.ring_root(p_ring) || '_' || p_slot)
        INTO v_rows;
     RETURN v_rows;
 END
@@ -765,11 +776,22 @@ BEGIN
         -- Retire: the stamp comes before the gates: what committed before
         -- it, the gates see; what commits after it moves it.
         v_stamp := awa.ring_slot_stamp(p_ring, v_target);
-        IF awa.ring_slot_busy(p_ring, v_target, v_sealed_at) IS NOT NULL THEN
-            v_outcome := 'skipped_busy';
-        ELSE
-            INSERT INTO awa.ring_retirements (ring, slot, stamp) VALUES (p_ring, v_target, v_stamp);
-            RETURN 'retired';  -- committed by the caller; the next call empties it
+        v_outcome := CASE WHEN awa.ring_slot_busy(p_ring, v_target, v_sealed_at) IS NOT NULL
+                          THEN 'skipped_busy' END;
+        IF v_outcome IS NULL THEN
+            -- A writer of the slot still in flight (uncommitted, so the
+            -- gates cannot see its rows) holds ROW EXCLUSIVE on the root
+            -- child: retire only when none does, and let none start until
+            -- the retirement commits.  Readers (ACCESS SHARE) pass.
+            BEGIN
+                EXECUTE format('LOCK TABLE awa.%I IN SHARE MODE NOWAIT',
+                               awa.ring_root(p_ring) || '_' || v_target);
+                INSERT INTO awa.ring_retirements (ring, slot, stamp)
+                VALUES (p_ring, v_target, v_stamp);
+                RETURN 'retired';  -- committed by the caller; the next call empties it
+            EXCEPTION WHEN lock_not_available THEN
+                v_outcome := 'skipped_busy';
+            END;
         END IF;
     ELSIF awa.ring_slot_stamp(p_ring, v_target) <> v_retired.stamp THEN
         -- A late writer: the claims must see the slot again.
@@ -788,9 +810,7 @@ BEGIN
         END IF;
         -- Every child but the root (the table awa.ring_slot_stamp counts):
         -- the root goes last.
-        v_root := CASE p_ring WHEN 'queue' THEN 'ready_segments'
-                              WHEN 'claim' THEN 'lease_claim_batches'
-                              ELSE 'leases' END;
+        v_root := awa.ring_root(p_ring);
         SELECT string_agg(format('awa.%I', t.name || '_' || v_target), ', ' ORDER BY t.n)
           INTO v_children
           FROM unnest(awa.ring_tables(p_ring)) WITH ORDINALITY AS t(name, n)
