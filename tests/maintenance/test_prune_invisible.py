@@ -195,3 +195,48 @@ def test_no_hot_statement_waits_on_a_prune_holding_its_lock(store, ring):
         holder.rollback()
         assert outcome.result() == "pruned"
     assert {name: waited for name, waited in waits.items() if waited} == {}
+
+
+def test_a_statement_older_than_the_retirement_holds_the_truncate_back(store):
+    """A statement that began before the retirement was visible may have read
+    the ring's slots without it: prune leaves the slot retired until that
+    statement is over, and meanwhile claims plan without the slot."""
+    slot = _fill_ring(store, "queue")
+    store.enqueue(HOT, 2)
+    key = 0x5052554E  # an advisory lock of this test only
+    with (
+        psycopg.connect(conninfo(), autocommit=True) as holder,
+        psycopg.connect(conninfo(), autocommit=True) as old,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        holder.execute("SELECT pg_advisory_lock(%s)", [key])
+        waiting = pool.submit(old.execute, "SELECT pg_advisory_lock(%s)", [key])
+        try:
+            # A statement with a snapshot, waiting (like a claim between its reads).
+            _until(
+                lambda: store.scalar(
+                    "SELECT wait_event_type = 'Lock' AND backend_xmin IS NOT NULL"
+                    " FROM pg_stat_activity WHERE pid = %s",
+                    [old.info.backend_pid],
+                )
+            )
+            assert store.prune("queue") == "retired"
+            assert store.scalar("SELECT array_agg(slot) FROM awa.ring_retirements") == [slot]
+            with psycopg.connect(conninfo()) as claimer:
+                claimed = SyncRunner(claimer)(attempts.claim(HOT, 1, TEST_RUNTIME, 300.0, 0.0))
+                locked = claimer.execute(
+                    "SELECT count(*) FROM pg_locks l"
+                    " LEFT JOIN pg_index i ON i.indexrelid = l.relation"
+                    " WHERE l.pid = pg_backend_pid()"
+                    " AND COALESCE(i.indrelid, l.relation)::regclass::text = ANY (%s)",
+                    [[f"awa.{table}_{slot}" for table in RING_TABLES["queue"]]],
+                ).fetchone()
+                claimer.rollback()
+            assert len(claimed) == 1
+            assert locked == (0,)  # nothing of the retired slot, table or index
+        finally:
+            holder.execute("SELECT pg_advisory_unlock(%s)", [key])
+            waiting.result()
+            old.execute("SELECT pg_advisory_unlock(%s)", [key])
+    assert store.prune("queue") == "pruned"
+    assert store.scalar("SELECT count(*) FROM awa.ring_retirements") == 0

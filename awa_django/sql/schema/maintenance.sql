@@ -17,17 +17,19 @@
 --              NOWAIT on the root child), the slot and its stamp go into
 --              awa.ring_retirements and commit ('retired').
 --   empty   4. the next call notes when it first saw the retirement
---              (seen_at) and waits, call after call ('retired'), until no
---              transaction older than that still holds a snapshot;
+--              (seen_at) and waits, a few milliseconds per call, call after
+--              call ('retired'), until no statement older than that still
+--              holds a snapshot (awa.statement_horizon_pinned);
 --           5. in one subtransaction, failed rows that must outlive the
 --              slot are carried forward, counts are folded into the
 --              rollups, and the children are locked ACCESS EXCLUSIVE under
 --              a short lock_timeout (a timeout is 'blocked' and rolls the
 --              writes back; the slot stays retired);
 --           6. under the lock only two things are checked again: no
---              transaction older than seen_at holds a snapshot
---              (pg_stat_activity, read afresh), and the stamp did not move;
---              then TRUNCATE, and the retirement goes with it.
+--              transaction older than the sealing, nor statement older
+--              than seen_at, holds a snapshot (pg_stat_activity, read
+--              afresh), and the stamp did not move; then TRUNCATE, and the
+--              retirement goes with it.
 -- storage.maintenance.prune makes both calls, so an idle system prunes in
 -- one tick.
 --
@@ -90,6 +92,7 @@ CREATE TABLE IF NOT EXISTS awa.ring_retirements (
     ring       text        NOT NULL CHECK (ring IN ('queue', 'claim', 'lease')),
     slot       smallint    NOT NULL,
     stamp      bigint      NOT NULL,
+    sealed_at  timestamptz NOT NULL,
     retired_at timestamptz NOT NULL DEFAULT now(),
     seen_at    timestamptz,
     PRIMARY KEY (ring, slot)
@@ -238,6 +241,28 @@ BEGIN
            AND a.pid <> pg_catalog.pg_backend_pid()
            AND a.backend_type = 'client backend'
            AND a.backend_xmin IS NOT NULL AND a.xact_start < p_before);
+END
+$$;
+
+-- Prune's question before it empties a retired slot: is a statement that
+-- began before p_before (the retirement was visible from then on) still
+-- holding a snapshot?  Such a statement may have read the ring's slots
+-- before the retirement and lock every one of them yet.  A READ COMMITTED
+-- transaction's later statements read the retirement, so its start does not
+-- matter, unlike awa.horizon_pinned's; a REPEATABLE READ one keeps its
+-- first statement's snapshot, so query_start is only an approximation
+-- there (its claim could wait for one prune's commit).  Same privileges
+-- and restriction as awa.horizon_pinned.
+CREATE OR REPLACE FUNCTION awa.statement_horizon_pinned(p_before timestamptz) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM pg_catalog.pg_stat_clear_snapshot();
+    RETURN EXISTS (
+        SELECT 1 FROM pg_catalog.pg_stat_activity a
+         WHERE a.datname = pg_catalog.current_database()
+           AND a.pid <> pg_catalog.pg_backend_pid()
+           AND a.backend_type = 'client backend'
+           AND a.backend_xmin IS NOT NULL AND a.query_start < p_before);
 END
 $$;
 
@@ -741,6 +766,7 @@ DECLARE
     v_retired   record;
     v_seen_at   timestamptz;
     v_stamp     bigint;
+    v_round     integer;
     v_children  text;
     v_root      text;
     v_timeout   text;
@@ -786,8 +812,8 @@ BEGIN
             BEGIN
                 EXECUTE format('LOCK TABLE awa.%I IN SHARE MODE NOWAIT',
                                awa.ring_root(p_ring) || '_' || v_target);
-                INSERT INTO awa.ring_retirements (ring, slot, stamp)
-                VALUES (p_ring, v_target, v_stamp);
+                INSERT INTO awa.ring_retirements (ring, slot, stamp, sealed_at)
+                VALUES (p_ring, v_target, v_stamp, v_sealed_at);
                 RETURN 'retired';  -- committed by the caller; the next call empties it
             EXCEPTION WHEN lock_not_available THEN
                 v_outcome := 'skipped_busy';
@@ -805,7 +831,14 @@ BEGIN
             UPDATE awa.ring_retirements r SET seen_at = v_seen_at
              WHERE r.ring = p_ring AND r.slot = v_target;
         END IF;
-        IF awa.ring_slot_pinned(v_seen_at) THEN
+        -- Such statements are mostly claims of a few milliseconds: wait
+        -- for them a little (prune holds nothing the hot path needs), then
+        -- leave the slot to the next tick.
+        FOR v_round IN 1 .. 50 LOOP
+            EXIT WHEN NOT awa.statement_horizon_pinned(v_seen_at);
+            PERFORM pg_sleep(0.001);
+        END LOOP;
+        IF awa.statement_horizon_pinned(v_seen_at) THEN
             RETURN 'retired';  -- a statement may still read every slot
         END IF;
         -- Every child but the root (the table awa.ring_slot_stamp counts):
@@ -829,7 +862,8 @@ BEGIN
             IF v_children IS NOT NULL THEN
                 EXECUTE 'LOCK TABLE ' || v_children || ' IN ACCESS EXCLUSIVE MODE';
             END IF;
-            IF awa.ring_slot_pinned(v_seen_at)
+            IF awa.ring_slot_pinned(v_retired.sealed_at)
+               OR awa.statement_horizon_pinned(v_seen_at)
                OR awa.ring_slot_stamp(p_ring, v_target) <> v_retired.stamp THEN
                 RAISE EXCEPTION 'ring % slot %: a late writer or an older snapshot',
                                 p_ring, v_target
