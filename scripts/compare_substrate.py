@@ -8,8 +8,7 @@ the files the current initial migration lists.  Both are dumped with
 old dump renamed with :data:`RENAMED` and stripped of :data:`REMOVED`, and
 the two compared object by object.  Prints the counts per object type and
 every block that still differs; exits 1 when something differs beyond
-:data:`EXPECTED`, :data:`FOLDED`, :data:`HARDENED` and the changes of
-later migrations (:data:`PRUNE_INVISIBLE`).
+:data:`EXPECTED`, :data:`FOLDED` and :data:`HARDENED`.
 
     python scripts/compare_substrate.py --old-rev <commit before the squash>
 
@@ -183,30 +182,6 @@ HARDENED = {
     ("ACL", "FUNCTION ring_slot_pinned(p_sealed_at timestamp with time zone)"),
 }
 
-# Changes after 0.1.0, shipped by migration 0002_prune_invisible (issue 31):
-# prune retires a slot before it empties it, and the claim's lane probes and
-# the lease functions plan without a retired slot.
-PRUNE_INVISIBLE = {
-    ("TABLE", "ring_retirements"),
-    ("CONSTRAINT", "ring_retirements ring_retirements_pkey"),
-    ("FUNCTION", "ring_live_slots(text)"),
-    ("FUNCTION", "plan_live_slots(text)"),
-    ("FUNCTION", "ring_root(text)"),
-    ("FUNCTION", "ring_slot_stamp(text, integer)"),
-    ("FUNCTION", "statement_horizon_pinned(timestamp with time zone)"),
-    ("ACL", "FUNCTION statement_horizon_pinned(p_before timestamp with time zone)"),
-    ("FUNCTION", "prune_ring_unchecked(text, integer, interval)"),
-    ("FUNCTION", "maintenance_tables()"),
-    ("FUNCTION", "claim_queue(text, integer, uuid, interval, interval)"),
-    ("FUNCTION", "heartbeat_leases(uuid, bigint[], bigint[])"),
-    (
-        "FUNCTION",
-        "materialize_lease(smallint, bigint, integer, bigint, bigint, bigint, uuid, uuid, "
-        "interval)",
-    ),
-    ("FUNCTION", "park_lease(bigint, bigint, bigint, text)"),
-}
-
 _NAME = re.compile(r"\b({})\b".format("|".join(sorted(RENAMED, key=len, reverse=True))))
 _HEADER = re.compile(r"^-- Name: (?P<name>.*?); Type: (?P<type>[^;]*);", re.MULTILINE)
 
@@ -345,9 +320,6 @@ def main() -> int:
             continue
         if key in HARDENED:
             print(f"\n(hardened) {key[0]} {key[1]}")
-            continue
-        if key in PRUNE_INVISIBLE:
-            print(f"\n(0002) {key[0]} {key[1]}")
             continue
         differing += 1
         print(
