@@ -24,9 +24,8 @@ from ..sql import schema_file
 from .base import Execute, Steps, operation, single
 
 # The substrate version this code needs (``awa.substrate_info``): 1 is the
-# 0.1.0 substrate installed by migration 0001_initial, 2 adds the two-step
-# prune (0002_prune_invisible).
-SCHEMA_VERSION = 2
+# 0.1.0 substrate installed by migration 0001_initial.
+SCHEMA_VERSION = 1
 
 
 class RunAwaSQL(migrations.RunSQL):

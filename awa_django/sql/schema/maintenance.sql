@@ -85,8 +85,6 @@
 -- interleaving with another `migrate` (rings.sql takes it for 0001).
 SET LOCAL client_min_messages = warning;
 SELECT pg_advisory_xact_lock(hashtext('awa_django.substrate'));
--- Substrate 2: the two-step prune below (awa.ring_retirements).
-UPDATE awa.substrate_info SET schema_version = GREATEST(schema_version, 2);
 
 -- Slots proven inactive and about to be emptied (see the header).  A
 -- handful of rows at most, and none between prunes.
