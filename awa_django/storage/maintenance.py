@@ -19,14 +19,7 @@ from .base import Execute, Steps, operation, single
 LEADER_LOCK_KEY = 0x4157415F4D41494E
 RINGS = ("queue", "claim", "lease")
 ROTATE_OUTCOMES = ("rotated", "skipped_idle", "skipped_busy")
-PRUNE_OUTCOMES = (
-    "pruned",
-    "retired",
-    "already_pruned",
-    "skipped_busy",
-    "blocked",
-    "horizon_unreadable",
-)
+PRUNE_OUTCOMES = ("pruned", "already_pruned", "skipped_busy", "blocked", "horizon_unreadable")
 #: The prune outcome of a role that cannot read other sessions' transactions in
 #: ``pg_stat_activity`` (no superuser, no ``pg_read_all_stats``): nothing was
 #: truncated, as prune could not prove that no snapshot still reads the slot.
@@ -95,17 +88,8 @@ def prune(
     is recorded in ``awa.ring_status.last_prune_exclusive_ms``.  A role that
     cannot read the transaction horizon gets :data:`HORIZON_UNREADABLE` and
     truncates nothing (``sql/schema/roles.sql``).
-
-    Two statements, so run it outside a transaction: the first retires the
-    slot (claims and heartbeats stop reading it once that commits), the
-    second empties it.  "retired" means a statement that began before the
-    retirement was visible still runs; a later call empties the slot.
     """
-    params = [ring, lock_timeout_ms, failed_retention]
-    outcome = str((yield from _scalar("prune_ring", params)))
-    if outcome == "retired":
-        outcome = str((yield from _scalar("prune_ring", params)))
-    return outcome
+    return str((yield from _scalar("prune_ring", [ring, lock_timeout_ms, failed_retention])))
 
 
 @operation

@@ -172,10 +172,9 @@ def test_a_blocked_prune_leaves_no_carried_rows_and_no_counts(store):
     assert _last_prune(store, "queue")[1] is not None
 
 
-def test_a_producer_still_in_flight_in_the_slot_keeps_it_from_retiring(store):
-    """The gates cannot see a producer that is still in flight, nor the
-    claims a job written after the slot was retired: the producer's lock on
-    the slot's root child keeps prune from retiring it."""
+def test_a_late_producer_committing_while_prune_folds_makes_it_skip(store):
+    """The gates cannot see a producer that is still in flight; its job, once
+    committed and claimed, has no claimable row left, only the stamp shows it."""
     slot, _ = _closed_slot(store)
     with psycopg.connect(conninfo()) as producer:
         late = SyncRunner(producer)(enqueue_one(JobFactory.build(queue="late"))).id
@@ -192,14 +191,16 @@ def test_a_producer_still_in_flight_in_the_slot_keeps_it_from_retiring(store):
             [producer.info.backend_pid],
         )
         _cycle_until_target(store, "queue", slot, "churn")
-        assert store.prune("queue") == "skipped_busy"
-        assert store.scalar("SELECT count(*) FROM awa.ring_retirements") == 0
-        producer.commit()
+        with _fold_waits() as locker, _pruning("queue") as (pid, outcome):
+            _waits_in_fold(store, pid)
+            producer.commit()
+            [attempt] = store.claim("late", 1)
+            locker.rollback()
+            assert outcome.result() == "skipped_busy"
 
-    [attempt] = store.claim("late", 1)
-    assert store.states("late") == {late: "running"}
+    assert store.states("late") == {late: "running"}  # its ready row is still there
     assert _fold_traces(store, slot) == (0, 0)
-    assert store.prune("queue") == "skipped_busy"  # its receipt is open
+    assert _last_prune(store, "queue")[0] == "skipped_busy"
     store.close([attempt])
     assert store.prune("queue") == "pruned"
     assert store.counts("late")["completed"] == 1

@@ -108,11 +108,6 @@ FORBIDDEN = {
     ),
     "create partitions": "SELECT awa.ensure_ring_partitions('queue', 32)",
     "ask the prune horizon": "SELECT awa.horizon_pinned(now())",
-    "ask the retirement horizon": "SELECT awa.statement_horizon_pinned(now())",
-    "retire a slot": (
-        "INSERT INTO awa.ring_retirements (ring, slot, stamp, sealed_at)"
-        " VALUES ('queue', 3, 0, now())"
-    ),
     "rescue": "SELECT awa.rescue('stale_heartbeat', interval '1 s', true, '{}', '{}', 10)",
     "rescue without the first look": (
         "SELECT awa.rescue_unchecked('stale_heartbeat', interval '1 s', true, '{}', '{}', 10)"

@@ -88,12 +88,11 @@ def test_claim_locks_do_not_grow_with_the_backlog(queue, backlog):
             assert len(run(claim(queue, 1, uuid.uuid4(), 300.0, 0.0))) == 1
             locks = relation_locks(conn)
             slots = partitions_locked(conn, locks)
-    # Today (48, the same on PostgreSQL 15 and 16): the claim ring's batch
+    # Today (46, the same on PostgreSQL 15 and 16): the claim ring's batch
     # and sequence, the lane heads, one ready slot (table, pkey, job index,
-    # tombstones), every ready_segments partition with its lane index (none
-    # of a slot prune retired: tests/maintenance/test_prune_invisible.py),
-    # and the ring's retirements.  The old claim took 80-100.
-    assert len(locks) <= 50, sorted(locks)
+    # tombstones) and every ready_segments partition with its lane index.
+    # The old claim took 80-100.
+    assert len(locks) <= 48, sorted(locks)
     assert len({name for name in locks if name.startswith("awa.ready_entries_")}) <= 3, locks
     # One slot of each ring: the lanes are the only partitions read all together.
     lanes = {"awa.ready_segments", "awa.ready_segments_lane_idx"}

@@ -16,12 +16,9 @@
 -- rows it wants.  Aging: a lane whose head segment has run_at r competes
 -- at priority - floor((now - r) / aging_interval), and the claim takes from
 -- a lane only the segments that age like its head, so a claim of many jobs
--- hands them out in the order single claims would.  The lane probes read
--- every slot with one plan made once; while maintenance has retired a slot
--- (maintenance.sql) they name the other slots and are planned with them,
--- so a prune emptying that slot never makes a claim wait.  Every later
--- statement is planned with its actual values, so only the ring
--- partitions it reads are locked.
+-- hands them out in the order single claims would.  The lane probes are
+-- planned once per call, and every statement with its actual values, so
+-- only the ring partitions it reads are locked.
 --
 -- A claim commits with synchronous_commit off: a claim lost in a crash is
 -- claimed again, and the nonce (close.sql) keeps the lost attempt from
@@ -68,7 +65,6 @@ DECLARE
     v_lane       record;
     v_left       integer := p_max;
     v_visited    integer[] := '{}';
-    v_live       smallint[] := awa.ring_live_slots('queue');
     v_upto       bigint;
     v_slots      smallint[];
     v_cut        boolean;
@@ -130,13 +126,11 @@ BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
 
     LOOP
-        -- The best lane with work beyond its cursor.  This statement and
-        -- the next read every live partition of ready_segments whatever
-        -- their parameters, so a plan made once serves them (a custom plan
-        -- per call cost about 0.3 ms of planning each); while a slot is
-        -- retired, a custom plan leaves its partitions out before locking.
-        PERFORM set_config('plan_cache_mode', CASE WHEN v_live IS NULL THEN 'force_generic_plan'
-                                                   ELSE 'force_custom_plan' END, true);
+        -- The best lane with work beyond its cursor.  This
+        -- statement and the next read every partition of ready_segments
+        -- whatever their parameters, so a plan made once serves them: a
+        -- custom plan per call cost about 0.3 ms of planning each.
+        PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
         SELECT h.queue, h.priority, h.shard, h.claim_seq,
                GREATEST(1, h.priority - CASE
                    WHEN v_aging > 0 THEN floor(extract(epoch FROM v_now - w.run_at) / v_aging)
@@ -147,7 +141,6 @@ BEGIN
               SELECT g.run_at FROM awa.ready_segments g
                WHERE g.queue = h.queue AND g.priority = h.priority AND g.shard = h.shard
                  AND g.end_seq > h.claim_seq
-                 AND (v_live IS NULL OR g.ready_slot = ANY (v_live))
                ORDER BY g.end_seq
                LIMIT 1) w
          WHERE h.queue = p_queue
@@ -170,7 +163,6 @@ BEGIN
                   FROM (SELECT x.end_seq, x.ready_slot, x.run_at FROM awa.ready_segments x
                          WHERE x.queue = v_lane.queue AND x.priority = v_lane.priority
                            AND x.shard = v_lane.shard AND x.end_seq > v_lane.claim_seq
-                           AND (v_live IS NULL OR x.ready_slot = ANY (v_live))
                          ORDER BY x.end_seq
                          LIMIT v_left) g) s;
         IF v_upto IS NULL THEN

@@ -12,10 +12,7 @@
 -- UPDATEs, and the close is a DELETE.  The row's disappearance is the
 -- closure evidence and the DELETE is the guard: two closers serialise on
 -- the row and the second finds nothing.  Lease rows are few and short
--- lived; the lease ring truncates a slot once it holds none.  A lease is
--- found by its attempt, whatever its slot, so these statements read every
--- lease slot but one maintenance retired to empty it (awa.plan_live_slots,
--- maintenance.sql): a prune never makes them wait.
+-- lived; the lease ring truncates a slot once it holds none.
 --
 -- awa.close_leases writes the same outcome rows as a receipt close (a
 -- narrow terminal row, a deferred row for a retry, a dead-letter row).
@@ -34,10 +31,8 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_item   record;
     v_cursor record;
-    v_live   smallint[];
 BEGIN
     PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
-    v_live := awa.ring_live_slots('lease');
     -- The receipt's batch lock, as every close takes it.
     PERFORM 1 FROM awa.lease_claim_batches b
       WHERE b.claim_slot = p_claim_slot AND b.batch_id = p_batch_id
@@ -48,8 +43,7 @@ BEGIN
            callback_timeout_at = CASE WHEN p_callback_id IS NULL THEN l.callback_timeout_at
                                       ELSE clock_timestamp() + p_callback_timeout END
      WHERE l.job_id = p_job_id AND l.run_lease = p_run_lease
-       AND l.claim_nonce IS NOT DISTINCT FROM p_claim_nonce AND l.state = 'running'
-       AND (v_live IS NULL OR l.lease_slot = ANY (v_live));
+       AND l.claim_nonce IS NOT DISTINCT FROM p_claim_nonce AND l.state = 'running';
     IF FOUND THEN
         RETURN true;
     END IF;
@@ -86,15 +80,12 @@ CREATE OR REPLACE FUNCTION awa.park_lease(
     p_job_id bigint, p_run_lease bigint, p_claim_nonce bigint, p_progress text)
 RETURNS boolean
 LANGUAGE plpgsql AS $$
-DECLARE
-    v_live smallint[] := awa.plan_live_slots('lease');
 BEGIN
     UPDATE awa.leases l
        SET state = 'waiting_external', runtime_id = NULL, heartbeat_at = clock_timestamp()
      WHERE l.job_id = p_job_id AND l.run_lease = p_run_lease
        AND l.claim_nonce IS NOT DISTINCT FROM p_claim_nonce
-       AND l.state = 'running' AND l.callback_id IS NOT NULL
-       AND (v_live IS NULL OR l.lease_slot = ANY (v_live));
+       AND l.state = 'running' AND l.callback_id IS NOT NULL;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
@@ -120,8 +111,7 @@ CREATE OR REPLACE FUNCTION awa.close_leases(
 RETURNS TABLE (job_id bigint, run_lease bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_won  awa.won_closure[];
-    v_live smallint[] := awa.plan_live_slots('lease');
+    v_won awa.won_closure[];
 BEGIN
     -- The guard: the lease row goes; a second closer finds nothing.
     WITH input AS (
@@ -139,7 +129,6 @@ BEGIN
          USING input i
          WHERE l.job_id = i.job_id AND l.run_lease = i.run_lease
            AND l.claim_nonce IS NOT DISTINCT FROM i.claim_nonce
-           AND (v_live IS NULL OR l.lease_slot = ANY (v_live))
         RETURNING ROW(i.job_id, i.run_lease, i.target, i.run_at, i.attempt, i.errors, i.result,
                       i.reason, i.progress, l.queue, l.priority, l.shard, l.lane_seq,
                       l.ready_slot, l.attempt, l.claimed_at)::awa.won_closure AS closure
@@ -229,17 +218,13 @@ $$;
 CREATE OR REPLACE FUNCTION awa.heartbeat_leases(
     p_runtime uuid, p_job_ids bigint[], p_run_leases bigint[])
 RETURNS integer
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_live  smallint[] := awa.plan_live_slots('lease');
-    v_beats integer;
-BEGIN
-    UPDATE awa.leases l SET heartbeat_at = clock_timestamp()
-      FROM unnest(p_job_ids, p_run_leases) AS i(job_id, run_lease)
-     WHERE l.job_id = i.job_id AND l.run_lease = i.run_lease
-       AND l.runtime_id = p_runtime AND l.state = 'running'
-       AND (v_live IS NULL OR l.lease_slot = ANY (v_live));
-    GET DIAGNOSTICS v_beats = ROW_COUNT;
-    RETURN v_beats;
-END
+LANGUAGE sql AS $$
+    WITH beat AS (
+        UPDATE awa.leases l SET heartbeat_at = clock_timestamp()
+          FROM unnest(p_job_ids, p_run_leases) AS i(job_id, run_lease)
+         WHERE l.job_id = i.job_id AND l.run_lease = i.run_lease
+           AND l.runtime_id = p_runtime AND l.state = 'running'
+        RETURNING 1
+    )
+    SELECT count(*)::integer FROM beat
 $$;

@@ -5,60 +5,28 @@
 --
 -- Rotation appends the next generation to a ring's ledger, and only onto a
 -- slot that is empty.  Prune empties the slot after the current one once it
--- is proven inactive, in two steps, each its own transaction:
---   retire  1. pg_try_advisory_xact_lock on the ring: a busy tick skips,
---              never queues;
---           2. the slot is stamped (the row count of its root child) and
---              the gates are proven without any lock -- queue ring: no
---              claimable ready row, no open receipt or live lease pointing
---              into the slot; claim ring: every receipt has distinct
---              closure evidence; lease ring: no lease;
---           3. unless a writer of the slot is still in flight (SHARE
---              NOWAIT on the root child), the slot and its stamp go into
---              awa.ring_retirements and commit ('retired').
---   empty   4. the next call notes when it first saw the retirement
---              (seen_at) and waits, a few milliseconds per call, call after
---              call ('retired'), until no statement older than that still
---              holds a snapshot (awa.statement_horizon_pinned);
---           5. in one subtransaction, failed rows that must outlive the
---              slot are carried forward, counts are folded into the
---              rollups, and the children are locked ACCESS EXCLUSIVE under
---              a short lock_timeout (a timeout is 'blocked' and rolls the
---              writes back; the slot stays retired);
---           6. under the lock only two things are checked again: no
---              transaction older than the sealing, nor statement older
---              than seen_at, holds a snapshot (pg_stat_activity, read
---              afresh), and the stamp did not move; then TRUNCATE, and the
---              retirement goes with it.
--- storage.maintenance.prune makes both calls, so an idle system prunes in
--- one tick.
---
--- Why retire first: the hot path must never wait on a prune.  A statement
--- that reads a partitioned parent locks, while it is planned, every
--- partition its plan keeps, and a generic plan keeps them all.  The
--- claim's lane probes, the lease heartbeat and the lease close read their
--- ring without knowing the slot, so they used to lock the slot prune was
--- emptying and queue behind its ACCESS EXCLUSIVE (and everyone else behind
--- them).  Now they ask awa.ring_live_slots first: NULL while no slot of the
--- ring is retired (they keep their generic plan), otherwise the other
--- slots, which they name in a custom plan, so planning prunes the retired
--- slot before locking anything.  A statement that read the ring's state
--- before the retirement committed may still lock every slot; it began
--- before seen_at, and step 4 waits until it is gone.  After step 6 the
--- slot is empty and no prune will lock it again before the ring has come
--- round to it, so the retirement is dropped with the TRUNCATE.
---
+-- is proven inactive:
+--   1. pg_try_advisory_xact_lock on the ring: a busy tick skips, never queues;
+--   2. the slot is stamped (the row count of its root child) and the gates
+--      are proven without any lock -- queue ring: no claimable ready row,
+--      no open receipt or live lease pointing into the slot; claim ring:
+--      every receipt has distinct closure evidence; lease ring: no lease;
+--   3. in one subtransaction, failed rows that must outlive the slot are
+--      carried forward, counts are folded into the rollups, and the
+--      children are locked ACCESS EXCLUSIVE under a short lock_timeout (a
+--      timeout is 'blocked' and rolls the writes back);
+--   4. under the lock only two things are checked again: no transaction
+--      older than the slot's sealing still holds a snapshot
+--      (pg_stat_activity, read afresh), and the stamp did not move; then
+--      TRUNCATE.
 -- Why proving once is enough: once the gates pass, the slot can only gain
 -- rows from a writer already in flight, and every such write appends to
 -- the slot's root child in the same transaction (a segment for queue rows,
 -- a claim batch for receipts).  Both only grow until prune truncates them,
 -- so an unchanged stamp under the lock proves nothing unseen was added;
--- uncommitted writers are waited out by the lock itself.  A stamp that
--- moved drops the retirement ('skipped_busy'): the claims read the slot
--- again and find the late job.  What is left under the lock is the
--- TRUNCATE, whose cost grows with the number of indexes, not rows;
--- ring_status.last_prune_exclusive_ms records it.  'retired' is a step,
--- not an outcome: ring_status keeps the last final one.
+-- uncommitted writers are waited out by the lock itself.  What is left
+-- under the lock is the TRUNCATE, whose cost grows with the number of
+-- indexes, not rows; ring_status.last_prune_exclusive_ms records it.
 --
 -- The horizon.  PostgreSQL hides other roles' xact_start from a role that
 -- lacks pg_read_all_stats, and the gate would read "no old transaction".
@@ -80,59 +48,6 @@
 -- lanes.  It locks the enqueue heads it wants in one global order with
 -- SKIP LOCKED: a lane a producer holds keeps its jobs until a later tick,
 -- so promotion never waits on a producer and cannot deadlock with one.
-
--- Migration 0002 runs this file first: the substrate lock keeps it from
--- interleaving with another `migrate` (rings.sql takes it for 0001).
-SET LOCAL client_min_messages = warning;
-SELECT pg_advisory_xact_lock(hashtext('awa_django.substrate'));
-
--- Slots proven inactive and about to be emptied (see the header).  A
--- handful of rows at most, and none between prunes.
-CREATE TABLE IF NOT EXISTS awa.ring_retirements (
-    ring       text        NOT NULL CHECK (ring IN ('queue', 'claim', 'lease')),
-    slot       smallint    NOT NULL,
-    stamp      bigint      NOT NULL,
-    sealed_at  timestamptz NOT NULL,
-    retired_at timestamptz NOT NULL DEFAULT now(),
-    seen_at    timestamptz,
-    PRIMARY KEY (ring, slot)
-);
-
--- The slots of p_ring a hot statement may read: NULL while none is
--- retired (read them all), else every other one.  A hot statement given
--- an array plans with it as a constant (plan_cache_mode force_custom_plan),
--- so the retired slot's partitions are never locked.
-CREATE OR REPLACE FUNCTION awa.ring_live_slots(p_ring text) RETURNS smallint[]
-LANGUAGE plpgsql STABLE AS $$
-BEGIN
-    -- PL/pgSQL keeps this probe's plan for the session: a SQL function
-    -- would plan its query on every claim (about 0.1 ms).
-    IF NOT EXISTS (SELECT 1 FROM awa.ring_retirements r WHERE r.ring = p_ring) THEN
-        RETURN NULL;
-    END IF;
-    RETURN ARRAY(SELECT s::smallint
-                   FROM awa.ring_config c, generate_series(0, c.slot_count - 1) AS s
-                  WHERE c.ring = p_ring
-                    AND NOT EXISTS (SELECT 1 FROM awa.ring_retirements r
-                                     WHERE r.ring = p_ring AND r.slot = s)
-                  ORDER BY s);
-END
-$$;
-
--- awa.ring_live_slots for a statement about to read the ring: when a slot
--- is retired, the rest of the transaction plans with actual values, so the
--- array returned prunes partitions while planning.
-CREATE OR REPLACE FUNCTION awa.plan_live_slots(p_ring text) RETURNS smallint[]
-LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-    v_live smallint[] := awa.ring_live_slots(p_ring);
-BEGIN
-    IF v_live IS NOT NULL THEN
-        PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
-    END IF;
-    RETURN v_live;
-END
-$$;
 
 -- Whether a slot may be rotated onto.  Lease rows are removed by DELETE,
 -- so a lease slot counts as empty only once its storage is gone too: prune
@@ -247,28 +162,6 @@ BEGIN
            AND a.pid <> pg_catalog.pg_backend_pid()
            AND a.backend_type = 'client backend'
            AND a.backend_xmin IS NOT NULL AND a.xact_start < p_before);
-END
-$$;
-
--- Prune's question before it empties a retired slot: is a statement that
--- began before p_before (the retirement was visible from then on) still
--- holding a snapshot?  Such a statement may have read the ring's slots
--- before the retirement and lock every one of them yet.  A READ COMMITTED
--- transaction's later statements read the retirement, so its start does not
--- matter, unlike awa.horizon_pinned's; a REPEATABLE READ one keeps its
--- first statement's snapshot, so query_start is only an approximation
--- there (its claim could wait for one prune's commit).  Same privileges
--- and restriction as awa.horizon_pinned.
-CREATE OR REPLACE FUNCTION awa.statement_horizon_pinned(p_before timestamptz) RETURNS boolean
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    PERFORM pg_catalog.pg_stat_clear_snapshot();
-    RETURN EXISTS (
-        SELECT 1 FROM pg_catalog.pg_stat_activity a
-         WHERE a.datname = pg_catalog.current_database()
-           AND a.pid <> pg_catalog.pg_backend_pid()
-           AND a.backend_type = 'client backend'
-           AND a.backend_xmin IS NOT NULL AND a.query_start < p_before);
 END
 $$;
 
@@ -618,14 +511,6 @@ BEGIN
 END
 $$;
 
--- The ring table every writer of a slot appends to (see the header).
-CREATE OR REPLACE FUNCTION awa.ring_root(p_ring text) RETURNS text
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE p_ring WHEN 'queue' THEN 'ready_segments'
-                       WHEN 'claim' THEN 'lease_claim_batches'
-                       ELSE 'leases' END
-$$;
-
 -- Rows of the slot's root child, the one every write that could outdate the
 -- prune proofs appends to (see the header).  READ COMMITTED callers only: a
 -- second call must see what committed in between.
@@ -634,7 +519,10 @@ LANGUAGE plpgsql STABLE AS $$
 DECLARE
     v_rows bigint;
 BEGIN
-    EXECUTE format('SELECT count(*) FROM awa.%I', awa.ring_root(p_ring) || '_' || p_slot)
+    EXECUTE format('SELECT count(*) FROM awa.%I',
+                   CASE p_ring WHEN 'queue' THEN 'ready_segments'
+                               WHEN 'claim' THEN 'lease_claim_batches'
+                               ELSE 'leases' END || '_' || p_slot)
        INTO v_rows;
     RETURN v_rows;
 END
@@ -758,8 +646,7 @@ LANGUAGE sql STABLE AS $$
     SELECT pg_catalog.pg_has_role(p_role, 'pg_read_all_stats', 'USAGE')
 $$;
 
--- The prune itself (see the header): one step per call, the root child
--- locked last.
+-- The prune itself (see the header), the root child locked last.
 CREATE OR REPLACE FUNCTION awa.prune_ring_unchecked(
     p_ring text, p_lock_timeout_ms integer, p_failed_retention interval)
 RETURNS text
@@ -769,10 +656,7 @@ DECLARE
     v_slots     integer;
     v_target    integer;
     v_sealed_at timestamptz;
-    v_retired   record;
-    v_seen_at   timestamptz;
     v_stamp     bigint;
-    v_round     integer;
     v_children  text;
     v_root      text;
     v_timeout   text;
@@ -791,122 +675,82 @@ BEGIN
     SELECT * INTO v_cursor FROM awa.ring_cursor(p_ring);
     SELECT slot_count INTO v_slots FROM awa.ring_config WHERE ring = p_ring;
     v_target := (v_cursor.slot + 1) % v_slots;
-    SELECT * INTO v_retired FROM awa.ring_retirements r
-     WHERE r.ring = p_ring AND r.slot = v_target;
+    -- The target was sealed when the ring first rotated away from it: the
+    -- rotation that followed its last generation.
+    EXECUTE format('SELECT min(r.rotated_at) FROM awa.%I r
+                     WHERE r.generation > (SELECT max(x.generation) FROM awa.%I x
+                                            WHERE x.slot = $1 AND x.generation < $2)',
+                   p_ring || '_ring_rotations', p_ring || '_ring_rotations')
+       INTO v_sealed_at USING v_target, v_cursor.generation;
+    v_sealed_at := COALESCE(v_sealed_at, v_cursor.rotated_at);
 
     IF awa.ring_slot_empty(p_ring, v_target) THEN
         v_outcome := 'already_pruned';
-    ELSIF v_retired IS NULL THEN
-        -- The target was sealed when the ring first rotated away from it:
-        -- the rotation that followed its last generation.
-        EXECUTE format('SELECT min(r.rotated_at) FROM awa.%I r
-                         WHERE r.generation > (SELECT max(x.generation) FROM awa.%I x
-                                                WHERE x.slot = $1 AND x.generation < $2)',
-                       p_ring || '_ring_rotations', p_ring || '_ring_rotations')
-           INTO v_sealed_at USING v_target, v_cursor.generation;
-        v_sealed_at := COALESCE(v_sealed_at, v_cursor.rotated_at);
-        -- Retire: the stamp comes before the gates: what committed before
-        -- it, the gates see; what commits after it moves it.
-        v_stamp := awa.ring_slot_stamp(p_ring, v_target);
-        v_outcome := CASE WHEN awa.ring_slot_busy(p_ring, v_target, v_sealed_at) IS NOT NULL
-                          THEN 'skipped_busy' END;
-        IF v_outcome IS NULL THEN
-            -- A writer of the slot still in flight (uncommitted, so the
-            -- gates cannot see its rows) holds ROW EXCLUSIVE on the root
-            -- child: retire only when none does, and let none start until
-            -- the retirement commits.  Readers (ACCESS SHARE) pass.
-            BEGIN
-                EXECUTE format('LOCK TABLE awa.%I IN SHARE MODE NOWAIT',
-                               awa.ring_root(p_ring) || '_' || v_target);
-                INSERT INTO awa.ring_retirements (ring, slot, stamp, sealed_at)
-                VALUES (p_ring, v_target, v_stamp, v_sealed_at);
-                RETURN 'retired';  -- committed by the caller; the next call empties it
-            EXCEPTION WHEN lock_not_available THEN
-                v_outcome := 'skipped_busy';
-            END;
-        END IF;
-    ELSIF awa.ring_slot_stamp(p_ring, v_target) <> v_retired.stamp THEN
-        -- A late writer: the claims must see the slot again.
-        DELETE FROM awa.ring_retirements r WHERE r.ring = p_ring AND r.slot = v_target;
-        v_outcome := 'skipped_busy';
     ELSE
-        -- The retirement committed before this statement's snapshot, so
-        -- before now: a transaction that began later reads it.
-        v_seen_at := COALESCE(v_retired.seen_at, clock_timestamp());
-        IF v_retired.seen_at IS NULL THEN
-            UPDATE awa.ring_retirements r SET seen_at = v_seen_at
-             WHERE r.ring = p_ring AND r.slot = v_target;
-        END IF;
-        -- Such statements are mostly claims of a few milliseconds: wait
-        -- for them a little (prune holds nothing the hot path needs), then
-        -- leave the slot to the next tick.
-        FOR v_round IN 1 .. 50 LOOP
-            EXIT WHEN NOT awa.statement_horizon_pinned(v_seen_at);
-            PERFORM pg_sleep(0.001);
-        END LOOP;
-        IF awa.statement_horizon_pinned(v_seen_at) THEN
-            RETURN 'retired';  -- a statement may still read every slot
-        END IF;
-        -- Every child but the root (the table awa.ring_slot_stamp counts):
-        -- the root goes last.
-        v_root := awa.ring_root(p_ring);
-        SELECT string_agg(format('awa.%I', t.name || '_' || v_target), ', ' ORDER BY t.n)
-          INTO v_children
-          FROM unnest(awa.ring_tables(p_ring)) WITH ORDINALITY AS t(name, n)
-         WHERE t.name <> v_root;
-        v_root := format('awa.%I', v_root || '_' || v_target);
-        v_timeout := current_setting('lock_timeout');
-        -- A subtransaction: the carry-forward and fold writes, and the
-        -- locks, go if the lock times out or the check under it fails.
-        BEGIN
-            -- Before the lock, so they do not count towards its hold.
-            IF p_ring = 'queue' THEN
-                PERFORM awa.carry_forward_and_fold(v_target, v_cursor.slot,
-                                                   v_cursor.generation, p_failed_retention);
-            END IF;
-            PERFORM set_config('lock_timeout', p_lock_timeout_ms || 'ms', true);
-            IF v_children IS NOT NULL THEN
-                EXECUTE 'LOCK TABLE ' || v_children || ' IN ACCESS EXCLUSIVE MODE';
-            END IF;
-            IF awa.ring_slot_pinned(v_retired.sealed_at)
-               OR awa.statement_horizon_pinned(v_seen_at)
-               OR awa.ring_slot_stamp(p_ring, v_target) <> v_retired.stamp THEN
-                RAISE EXCEPTION 'ring % slot %: a late writer or an older snapshot',
-                                p_ring, v_target
-                      USING ERRCODE = 'AW001';
-            END IF;
-            IF v_children IS NOT NULL THEN
-                EXECUTE 'TRUNCATE ' || v_children;
-            END IF;
-            -- The root last, locked for its own TRUNCATE and the commit
-            -- only.  No writer can have changed it (every writer of the
-            -- slot appends to it with the rest): checked again all the same.
-            EXECUTE 'LOCK TABLE ' || v_root || ' IN ACCESS EXCLUSIVE MODE';
-            v_locked_at := clock_timestamp();
-            PERFORM set_config('lock_timeout', v_timeout, true);
-            IF awa.ring_slot_stamp(p_ring, v_target) <> v_retired.stamp THEN
-                RAISE EXCEPTION 'ring % slot %: a late writer', p_ring, v_target
-                      USING ERRCODE = 'AW001';
-            END IF;
-            EXECUTE 'TRUNCATE ' || v_root;
-            DELETE FROM awa.ring_retirements r WHERE r.ring = p_ring AND r.slot = v_target;
-            -- The hold goes on until commit (the rest of this function,
-            -- the commit's WAL flush and the unlink of the old files),
-            -- which no statement inside the transaction can measure.
-            v_held_ms := extract(epoch FROM clock_timestamp() - v_locked_at) * 1000;
-            v_outcome := 'pruned';
-        EXCEPTION
-            WHEN lock_not_available THEN
-                v_outcome := 'blocked';  -- still retired: the gates hold
-            WHEN SQLSTATE 'AW001' THEN
-                -- The abort released the root's lock: held until now (NULL:
-                -- the check under the other children's locks failed).
+        -- The stamp comes before the gates: what committed before it, the
+        -- gates see; what commits after it moves it.
+        v_stamp := awa.ring_slot_stamp(p_ring, v_target);
+        IF awa.ring_slot_busy(p_ring, v_target, v_sealed_at) IS NOT NULL THEN
+            v_outcome := 'skipped_busy';
+        ELSE
+            -- Every child but the root (the table awa.ring_slot_stamp
+            -- counts): the root goes last.
+            v_root := CASE p_ring WHEN 'queue' THEN 'ready_segments'
+                                  WHEN 'claim' THEN 'lease_claim_batches'
+                                  ELSE 'leases' END;
+            SELECT string_agg(format('awa.%I', t.name || '_' || v_target), ', ' ORDER BY t.n)
+              INTO v_children
+              FROM unnest(awa.ring_tables(p_ring)) WITH ORDINALITY AS t(name, n)
+             WHERE t.name <> v_root;
+            v_root := format('awa.%I', v_root || '_' || v_target);
+            v_timeout := current_setting('lock_timeout');
+            -- A subtransaction: the carry-forward and fold writes, and the
+            -- locks, go if the lock times out or the check under it fails.
+            BEGIN
+                -- Before the lock, so they do not count towards its hold.
+                IF p_ring = 'queue' THEN
+                    PERFORM awa.carry_forward_and_fold(v_target, v_cursor.slot,
+                                                       v_cursor.generation, p_failed_retention);
+                END IF;
+                PERFORM set_config('lock_timeout', p_lock_timeout_ms || 'ms', true);
+                IF v_children IS NOT NULL THEN
+                    EXECUTE 'LOCK TABLE ' || v_children || ' IN ACCESS EXCLUSIVE MODE';
+                END IF;
+                IF awa.ring_slot_pinned(v_sealed_at)
+                   OR awa.ring_slot_stamp(p_ring, v_target) <> v_stamp THEN
+                    RAISE EXCEPTION 'ring % slot %: a late writer or an older snapshot',
+                                    p_ring, v_target
+                          USING ERRCODE = 'AW001';
+                END IF;
+                IF v_children IS NOT NULL THEN
+                    EXECUTE 'TRUNCATE ' || v_children;
+                END IF;
+                -- The root last: the child every claim reads, locked for its
+                -- own TRUNCATE and the commit only.  No writer can have
+                -- changed it (every writer of the slot appends to it with
+                -- the rest): checked again all the same.
+                EXECUTE 'LOCK TABLE ' || v_root || ' IN ACCESS EXCLUSIVE MODE';
+                v_locked_at := clock_timestamp();
+                PERFORM set_config('lock_timeout', v_timeout, true);
+                IF awa.ring_slot_stamp(p_ring, v_target) <> v_stamp THEN
+                    RAISE EXCEPTION 'ring % slot %: a late writer', p_ring, v_target
+                          USING ERRCODE = 'AW001';
+                END IF;
+                EXECUTE 'TRUNCATE ' || v_root;
+                -- The hold goes on until commit (the rest of this function,
+                -- the commit's WAL flush and the unlink of the old files),
+                -- which no statement inside the transaction can measure.
                 v_held_ms := extract(epoch FROM clock_timestamp() - v_locked_at) * 1000;
-                v_outcome := 'skipped_busy';
-        END;
-        IF v_outcome = 'skipped_busy' AND awa.ring_slot_stamp(p_ring, v_target) <> v_retired.stamp
-        THEN
-            DELETE FROM awa.ring_retirements r WHERE r.ring = p_ring AND r.slot = v_target;
+                v_outcome := 'pruned';
+            EXCEPTION
+                WHEN lock_not_available THEN
+                    v_outcome := 'blocked';
+                WHEN SQLSTATE 'AW001' THEN
+                    -- The abort released the root's lock: held until now (NULL:
+                    -- the check under the other children's locks failed).
+                    v_held_ms := extract(epoch FROM clock_timestamp() - v_locked_at) * 1000;
+                    v_outcome := 'skipped_busy';
+            END;
         END IF;
     END IF;
     PERFORM awa.record_ring_outcome(p_ring, 'prune', v_outcome, v_target, NULL, v_held_ms);

@@ -56,8 +56,7 @@ LANGUAGE sql STABLE AS $$
             'record_ring_outcome', 'carry_forward_and_fold', 'rescue',
             'rescue_unchecked', 'rescue_attempts', 'rescue_leases', 'promote_due_skip_busy',
             'cleanup', 'cleanup_unique_claims', 'cleanup_descriptors', 'sample_queues',
-            'recheck_dependencies', 'batch_op_step', 'horizon_pinned',
-            'statement_horizon_pinned']) COLLATE "C"
+            'recheck_dependencies', 'batch_op_step', 'horizon_pinned']) COLLATE "C"
         UNION
         SELECT p.proname::text COLLATE "C"
           FROM pg_proc p, restricted r
@@ -75,7 +74,7 @@ LANGUAGE sql IMMUTABLE AS $$
     SELECT ARRAY[
         'substrate_info', 'ring_config', 'queue_ring_rotations', 'claim_ring_rotations',
         'lease_ring_rotations', 'ring_status', 'queue_terminal_rollups', 'runtime_instances',
-        'queue_samples', 'ring_retirements']
+        'queue_samples']
 $$;
 
 -- Apply the maintainer rule (see the header).  Idempotent; run by the
