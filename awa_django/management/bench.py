@@ -54,6 +54,8 @@ from awa_django.runtime.config import WorkerConfig, build_config
 from awa_django.runtime.process.supervisor import Supervisor
 from awa_django.runtime.process.worker import Worker
 
+from .bench_hops import breakdown, percentiles
+
 #: The module bench workers import (``--processes`` children too): the no-op jobs.
 BENCH_IMPORT = "awa_django.management.bench"
 
@@ -122,18 +124,6 @@ def environment() -> dict[str, Any]:
         "django": django.get_version(),
         "machine": platform.machine(),
     }
-
-
-def percentiles(samples: list[float], digits: int = 2) -> dict[str, float]:
-    """p50/p95/p99 of ``samples`` (seconds) in ms, rounded to ``digits``."""
-    if not samples:
-        return {"p50_ms": 0.0, "p95_ms": 0.0, "p99_ms": 0.0}
-    ordered = sorted(samples)
-
-    def pick(q: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, digits)
-
-    return {"p50_ms": pick(0.50), "p95_ms": pick(0.95), "p99_ms": pick(0.99)}
 
 
 def worker_config(
@@ -267,9 +257,6 @@ def offered_rate(
     its own pool and LISTEN connection: every NOTIFY wakes all of them, as it
     would wake as many processes, and their claim counters stay readable.
     """
-    # Imported here: it builds on this module's percentiles().
-    from .bench_hops import breakdown
-
     LATENCIES.clear()
     HANDLER_STARTS.clear()
     traces = [PickupTrace() for _ in range(options.processes)]

@@ -25,12 +25,25 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
-
-from awa_django.management.bench import percentiles
 from awa_django.runtime.attempts.pickup import Pickup, PickupTrace
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+
+def percentiles(samples: list[float], digits: int = 2) -> dict[str, float]:
+    """p50/p95/p99 of ``samples`` (seconds) in ms, rounded to ``digits``."""
+    if not samples:
+        return {"p50_ms": 0.0, "p95_ms": 0.0, "p99_ms": 0.0}
+    ordered = sorted(samples)
+
+    def pick(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, digits)
+
+    return {"p50_ms": pick(0.50), "p95_ms": pick(0.95), "p99_ms": pick(0.99)}
+
 
 HOPS = (
     "enqueue_to_notify",
@@ -100,6 +113,10 @@ def _summary(samples: list[float]) -> dict[str, float]:
 
 def hop_table(hops: dict[str, Any]) -> Table:
     """The breakdown as a table: a row per hop, then the total."""
+    # rich only here: bench.py imports this module, and every bench worker
+    # process imports bench.py.
+    from rich.table import Table
+
     left_out = ", ".join(f"{n} {why}" for why, n in sorted(hops["excluded"].items()))
     table = Table(
         title=f"pickup hops ({hops['jobs']:,} jobs"
