@@ -112,7 +112,7 @@ class Job(ReadOnlyModel):
         ordering = ("-id",)
 
     def __str__(self) -> str:
-        return f"{self.kind} #{self.id}"
+        return f"{self.kind or 'job'} #{self.id}"
 
 
 class DeadLetter(ReadOnlyModel):
@@ -142,7 +142,7 @@ class DeadLetter(ReadOnlyModel):
         verbose_name = "dead letter"
 
     def __str__(self) -> str:
-        return f"{self.kind} #{self.job_id}"
+        return f"{self.kind or 'job'} #{self.job_id}"
 
 
 class Queue(ReadOnlyModel):

@@ -19,6 +19,10 @@ Who may do what:
   with the CSRF token, and the console not being read-only;
 * nobody adds, edits or deletes rows through admin forms.
 
+Every action runs with the user as the ``actor`` of its ``ops`` call (awa's
+audit log) and writes Django's ``LogEntry`` for what it acted on
+(:mod:`.audit`); a page with a detail view also has Django's History page.
+
 Read-only: ``AWA["ADMIN_READ_ONLY"]`` (``override_settings`` included), or
 by itself when the awa database answers ``transaction_read_only = on`` (a
 hot standby).  Actions are then neither offered nor accepted (403).
@@ -31,8 +35,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied
-from django.db import DatabaseError
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import DatabaseError, models
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -41,6 +45,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from .. import ops
 from ..conf import awa_settings
 from ..exceptions import CallbackNotFound, InvalidJob, JobNotFound
+from .audit import log_change
 
 #: The key of ``ConsoleAdmin.action_models`` for the list's bulk actions.
 BULK = "bulk"
@@ -89,6 +94,8 @@ class ConsoleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     #: ``action -> model names`` whose ``change`` permission the action needs,
     #: when it is not just the page's own model; :data:`BULK` for ``action/``.
     action_models: Mapping[str, tuple[str, ...]] = {}
+    #: The model whose History an object action is logged to (default: the page's).
+    log_model: type[models.Model] | None = None
     actions = None
 
     # --- permissions ---------------------------------------------------------
@@ -139,13 +146,18 @@ class ConsoleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 )
             )
         if self.detail_template:
-            urls.append(
+            urls += [
                 path(
                     "<path:object_id>/change/",
                     wrap(self.change_view),
                     name="{}_{}_change".format(*info),
-                )
-            )
+                ),
+                path(
+                    "<path:object_id>/history/",
+                    wrap(self.history_view),
+                    name="{}_{}_history".format(*info),
+                ),
+            ]
         return urls
 
     def extra_urls(self) -> list[URLPattern]:
@@ -195,6 +207,22 @@ class ConsoleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def detail_context(self, request: HttpRequest, object_id: str) -> dict[str, Any]:
         raise NotImplementedError
 
+    def get_object(
+        self, request: HttpRequest, object_id: str, from_field: str | None = None
+    ) -> Any:
+        """An unsaved instance carrying only the key (for Django's History page).
+
+        The history is Django's ``LogEntry`` rows for the key, which outlive
+        the job itself (a pruned job still has its history), so nothing is
+        read from the awa tables; a key the primary key field refuses is None.
+        """
+        field = self.opts.pk
+        try:
+            key = field.to_python(object_id)
+        except ValidationError:
+            return None
+        return self.model(**{field.attname: key})
+
     # --- actions -------------------------------------------------------------
 
     def object_action_view(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
@@ -203,7 +231,10 @@ class ConsoleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         handler = getattr(self, f"act_{action}", None)
         if action not in self.object_actions or handler is None:
             raise PermissionDenied(f"unknown action {action!r}")
-        self._apply(request, lambda: handler(request, object_id))
+        message = self._apply(request, lambda: handler(request, object_id))
+        if message is not None:
+            label = self.object_actions[action]
+            log_change(request, self.log_model or self.model, [object_id], f"{label}: {message}")
         default = self.url("change", object_id) if self.detail_template else self.url("changelist")
         return self.back(request, default)
 
@@ -221,7 +252,8 @@ class ConsoleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         parsed = (parse_id(v) for v in request.POST.getlist("_selected_action"))
         return sorted({v for v in parsed if v is not None})
 
-    def _apply(self, request: HttpRequest, call: Callable[[], str]) -> None:
+    def _apply(self, request: HttpRequest, call: Callable[[], str]) -> str | None:
+        """Run an action, tell the operator how it went; its message, or None if refused."""
         try:
             message = call()
         except (JobNotFound, CallbackNotFound) as exc:
@@ -230,6 +262,8 @@ class ConsoleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             messages.error(request, f"refused: {exc}")
         else:
             messages.success(request, message)
+            return message
+        return None
 
     def back(self, request: HttpRequest, default: str) -> HttpResponseRedirect:
         """Redirect to the POSTed ``next`` when it is a safe local URL."""

@@ -17,6 +17,8 @@ from django.http import HttpRequest, HttpResponse, QueryDict
 from .. import ops
 from ..domain.records import BATCH_OP_JOB_STATES, BatchOperation, describe_batch_operation
 from ..exceptions import InvalidJob
+from ..models import BatchOperation as BatchOperationModel
+from .audit import actor, log_change
 from .base import BULK, ConsoleAdmin, parse_id
 
 #: Operations listed, newest first (finished ones are kept for
@@ -76,7 +78,8 @@ class BatchOperationAdmin(ConsoleAdmin):
         try:
             op_kind, filter_, spec = request_from(request.POST)
             if "confirm" in request.POST:
-                op = ops.submit_batch_operation(op_kind, filter_, spec)
+                op = ops.submit_batch_operation(op_kind, filter_, spec, actor=actor(request))
+                log_change(request, BatchOperationModel, [op.id], f"Submitted: {op.summary}")
                 messages.success(
                     request,
                     f"batch operation #{op.id} submitted ({op.summary}): {op.total} "
@@ -111,6 +114,6 @@ class BatchOperationAdmin(ConsoleAdmin):
         wanted = parse_id(object_id)
         if wanted is None:
             raise InvalidJob(f"batch operation id must be an integer, got {object_id!r:.100}")
-        if ops.cancel_batch_operation(wanted):
+        if ops.cancel_batch_operation(wanted, actor=actor(request)):
             return f"batch operation #{object_id} cancelled"
         return f"batch operation #{object_id} had finished already"

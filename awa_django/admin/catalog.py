@@ -7,6 +7,7 @@ from typing import Any
 from django.http import HttpRequest
 
 from .. import ops
+from .audit import actor
 from .base import ConsoleAdmin
 
 
@@ -53,13 +54,13 @@ class PeriodicScheduleAdmin(ConsoleAdmin):
         return {"title": "Periodic schedules", "schedules": ops.list_periodic()}
 
     def act_pause(self, request: HttpRequest, object_id: str) -> str:
-        done = ops.pause_periodic(object_id)
+        done = ops.pause_periodic(object_id, actor=actor(request))
         return f"schedule {object_id} paused" if done else f"{object_id} was already paused"
 
     def act_resume(self, request: HttpRequest, object_id: str) -> str:
-        done = ops.resume_periodic(object_id)
+        done = ops.resume_periodic(object_id, actor=actor(request))
         return f"schedule {object_id} resumed" if done else f"{object_id} was not paused"
 
     def act_run(self, request: HttpRequest, object_id: str) -> str:
-        job = ops.trigger_periodic(object_id)
+        job = ops.trigger_periodic(object_id, actor=actor(request))
         return f"schedule {object_id} enqueued job {job.id}"

@@ -16,6 +16,8 @@ from django.http import HttpRequest, HttpResponse
 
 from .. import ops
 from ..exceptions import InvalidJob, JobNotFound
+from ..models import DeadLetter, Job
+from .audit import actor, log_bulk, log_change
 from .base import ConsoleAdmin
 
 #: Entries shown (newest moved first); the filter narrows, bulk actions
@@ -106,7 +108,7 @@ class DeadLetterAdmin(ConsoleAdmin):
         raw_priority = request.POST.get("to_priority", "").strip()
         try:
             to_priority = int(raw_priority) if raw_priority else None
-            done = self._run(action, ids, queue, kind, to_queue, to_priority)
+            done = self._run(request, action, ids, queue, kind, to_queue, to_priority)
         except (InvalidJob, ValueError) as exc:
             messages.error(request, f"refused: {exc}")
             return self.back(request, back)
@@ -116,6 +118,7 @@ class DeadLetterAdmin(ConsoleAdmin):
 
     @staticmethod
     def _run(
+        request: HttpRequest,
         action: str,
         ids: list[int],
         queue: str | None,
@@ -123,23 +126,30 @@ class DeadLetterAdmin(ConsoleAdmin):
         to_queue: str | None,
         to_priority: int | None,
     ) -> int:
-        if action == "retry_all":
-            return ops.dlq_retry_all(
-                queue=queue, kind=kind, to_queue=to_queue, to_priority=to_priority
-            )
-        if action == "purge_all":
-            return ops.dlq_purge_all(queue=queue, kind=kind)
-        done = 0
+        who = actor(request)
+        if action in ("retry_all", "purge_all"):
+            if action == "retry_all":
+                count = ops.dlq_retry_all(
+                    queue=queue, kind=kind, to_queue=to_queue, to_priority=to_priority, actor=who
+                )
+            else:
+                count = ops.dlq_purge_all(queue=queue, kind=kind, actor=who)
+            verb = "Retried" if action == "retry_all" else "Purged"
+            log_bulk(request, DeadLetter, f"dead letters {_scope(queue, kind)}", f"{verb} {count}")
+            return count
+        done: list[int] = []
         for job_id in ids:
             try:
                 if action == "retry":
-                    ops.dlq_retry(job_id, queue=to_queue, priority=to_priority)
+                    ops.dlq_retry(job_id, queue=to_queue, priority=to_priority, actor=who)
                 else:
-                    ops.dlq_purge(job_id)
+                    ops.dlq_purge(job_id, actor=who)
             except JobNotFound:
                 continue
-            done += 1
-        return done
+            done.append(job_id)
+        what = "Retried from the DLQ" if action == "retry" else "Purged from the DLQ"
+        log_change(request, Job, done, f"{what} (bulk action)")
+        return len(done)
 
 
 def _scope(queue: str | None, kind: str | None) -> str:

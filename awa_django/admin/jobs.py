@@ -24,6 +24,8 @@ from ..domain import concurrency
 from ..domain.records import JOB_STATES, JobInfo
 from ..exceptions import InvalidJob, JobNotFound
 from ..jobs import registry
+from ..models import Job
+from .audit import actor, log_change
 from .base import MAX_ID, ConsoleAdmin, parse_id
 
 #: Jobs per page of the browser.
@@ -227,23 +229,23 @@ class JobAdmin(ConsoleAdmin):
     # --- actions -------------------------------------------------------------
 
     def act_retry(self, request: HttpRequest, object_id: str) -> str:
-        done = ops.retry_job(_job_id(object_id))
+        done = ops.retry_job(_job_id(object_id), actor=actor(request))
         return f"job {object_id} queued again" if done else f"job {object_id} was not retried"
 
     def act_cancel(self, request: HttpRequest, object_id: str) -> str:
-        done = ops.cancel_job(_job_id(object_id))
+        done = ops.cancel_job(_job_id(object_id), actor=actor(request))
         return f"job {object_id} cancelled" if done else f"job {object_id} had already finished"
 
     def act_dlq(self, request: HttpRequest, object_id: str) -> str:
-        done = ops.move_failed_to_dlq(_job_id(object_id))
+        done = ops.move_failed_to_dlq(_job_id(object_id), actor=actor(request))
         return f"job {object_id} moved to the DLQ" if done else f"job {object_id} is not failed"
 
     def act_dlq_retry(self, request: HttpRequest, object_id: str) -> str:
-        ops.dlq_retry(_job_id(object_id))
+        ops.dlq_retry(_job_id(object_id), actor=actor(request))
         return f"job {object_id} left the DLQ and is due now"
 
     def act_dlq_purge(self, request: HttpRequest, object_id: str) -> str:
-        ops.dlq_purge(_job_id(object_id))
+        ops.dlq_purge(_job_id(object_id), actor=actor(request))
         return f"job {object_id} purged"
 
     def bulk_action(self, request: HttpRequest) -> HttpResponse:
@@ -271,12 +273,17 @@ class JobAdmin(ConsoleAdmin):
                 },
             )
         call = ops.retry_job if action == "retry" else ops.cancel_job
-        changed = missing = 0
+        who = actor(request)
+        done: list[int] = []
+        missing = 0
         for job_id in ids:
             try:
-                changed += bool(call(job_id))
+                if call(job_id, actor=who):
+                    done.append(job_id)
             except JobNotFound:
                 missing += 1
+        log_change(request, Job, done, f"{verb} (bulk action)")
+        changed = len(done)
         unchanged = len(ids) - changed - missing
         note = f"{changed} job{'s' if changed != 1 else ''} {past}"
         if unchanged:

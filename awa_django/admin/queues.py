@@ -21,6 +21,7 @@ from ..conf import awa_settings
 from ..domain.payload import check_queue
 from ..domain.records import JOB_STATES, QueueInfo
 from ..exceptions import InvalidJob
+from .audit import actor
 from .base import ConsoleAdmin
 from .charts import Series, line_chart, per_minute
 
@@ -121,15 +122,15 @@ class QueueAdmin(ConsoleAdmin):
         return super().object_action_view(request, object_id, action)
 
     def act_pause(self, request: HttpRequest, object_id: str) -> str:
-        done = ops.pause_queue(object_id)
+        done = ops.pause_queue(object_id, actor=actor(request))
         return f"queue {object_id} paused" if done else f"queue {object_id} was already paused"
 
     def act_resume(self, request: HttpRequest, object_id: str) -> str:
-        done = ops.resume_queue(object_id)
+        done = ops.resume_queue(object_id, actor=actor(request))
         return f"queue {object_id} resumed" if done else f"queue {object_id} was not paused"
 
     def act_drain(self, request: HttpRequest, object_id: str) -> str:
-        n = ops.drain_queue(object_id)
+        n = ops.drain_queue(object_id, actor=actor(request))
         return f"queue {object_id} drained: {n} job{'s' if n != 1 else ''} cancelled"
 
 

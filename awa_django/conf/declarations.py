@@ -373,6 +373,12 @@ class AwaSettings:
         "Days the leader's cleanup keeps the records of finished "
         "(completed, cancelled, failed) batch operations.",
     )
+    audit_retention: float = setting(
+        90 * 86400.0,
+        _SECONDS,
+        "Age at which the leader's cleanup deletes entries of the operator audit log "
+        "(``ops.audit_log``); Django's own ``LogEntry`` rows of console actions are left alone.",
+    )
     telemetry: bool | str = setting(
         "auto",
         _Parser(_telemetry, '"auto", True or False'),

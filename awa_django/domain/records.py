@@ -107,6 +107,28 @@ class DlqEntry:
 
 
 @dataclass(frozen=True)
+class AuditEntry:
+    """One operator action from the audit log: who did what to which jobs, and how it went."""
+
+    id: int
+    at: dt.datetime
+    #: A Django username (the console), ``user@host`` (a command) or the ``actor`` given to ops.
+    actor: str
+    #: The operation: ``cancel_job``, ``dlq_retry_all``, ``pause_queue``, ...
+    action: str
+    #: What it named, for people: ``job 42``, ``queue emails``, ``dlq where queue=emails``.
+    target: str
+    #: How many jobs (or queues, schedules) it changed.
+    count: int
+    #: ``ok``, ``unchanged`` (nothing to do) or ``error: <type>: <message>``.
+    outcome: str
+    job_ids: list[int] = field(default_factory=list)
+    queue: str | None = None
+    #: The action's parameters (reason, target queue, priority, old arguments...).
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class JobPage:
     """One page of the job browser, newest id first.
 

@@ -8,7 +8,7 @@ This package is the only door from the Django surfaces (the console, the
 views, the management commands) to the storage: they call these functions
 and never a storage operation themselves.  One module per subject --
 ``jobs``, ``callbacks``, ``dlq``, ``periodic``, ``queues``, ``catalog``
-(descriptors and runtimes), ``overrides``, ``batches``, ``status`` (the
+(descriptors and runtimes), ``overrides``, ``batches``, ``audit`` (who did what), ``status`` (the
 installation as a whole) and ``connection`` (which database), with the
 argument checks they share in ``arguments`` -- and every public name is
 re-exported here: ``from awa_django import ops; ops.get_job(...)``.
@@ -19,6 +19,11 @@ from __future__ import annotations
 from .arguments import (
     MAX_FILTER_LENGTH,
     MAX_ID,
+)
+from .audit import (
+    aaudit_log,
+    audit_log,
+    command_actor,
 )
 from .batches import (
     BATCH_FILTER_KEYS,
@@ -152,6 +157,7 @@ __all__ = [
     "MAX_FILTER_LENGTH",
     "MAX_ID",
     "ROOM_NAMES",
+    "aaudit_log",
     "acancel_batch_operation",
     "acancel_job",
     "aclear_queue_override",
@@ -192,12 +198,14 @@ __all__ = [
     "aset_queue_override",
     "asubmit_batch_operation",
     "atrigger_periodic",
+    "audit_log",
     "await_for_room",
     "browse_jobs",
     "cancel_batch_operation",
     "cancel_job",
     "capacity_status",
     "clear_queue_override",
+    "command_actor",
     "complete_external",
     "conninfo",
     "database_alias",

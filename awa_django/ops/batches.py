@@ -19,6 +19,7 @@ from ..exceptions import InvalidJob, JobNotFound
 from ..storage import batch_ops as batch_store
 from ..storage.base import run
 from .arguments import check_id, check_limit
+from .audit import audited
 
 #: The keys of a batch operation's ``filter`` (``queue`` is required).
 BATCH_FILTER_KEYS = ("queue", "kind", "tag", "state")
@@ -120,7 +121,12 @@ def preview_batch_operation(
 
 
 def submit_batch_operation(
-    op_kind: str, filter: Mapping[str, Any], spec: Mapping[str, Any], *, database: str | None = None
+    op_kind: str,
+    filter: Mapping[str, Any],
+    spec: Mapping[str, Any],
+    *,
+    actor: str | None = None,
+    database: str | None = None,
 ) -> BatchOperation:
     """Record a change to every job matching ``filter`` (see
     :func:`preview_batch_operation`); the maintenance leader applies it.
@@ -133,9 +139,23 @@ def submit_batch_operation(
     history; available jobs keep their relative order (FIFO) within their
     new lane.  Running jobs are left alone.  Bad input raises ``InvalidJob``
     and nothing is written.  Inside ``transaction.atomic()`` the operation
-    is recorded when the transaction commits.
+    is recorded when the transaction commits.  ``actor``: who asked, for the
+    audit log (the entry counts the jobs matching at submission).
     """
-    return run(batch_store.submit(*_batch_request(op_kind, filter, spec)), database)
+    request = _batch_request(op_kind, filter, spec)
+    chosen = {key: value for key, value in request[1].items() if value is not None}
+    with audited(
+        actor,
+        f"batch_{request[0]}",
+        "jobs where " + " ".join(f"{key}={value}" for key, value in chosen.items()),
+        queue=chosen.get("queue"),
+        detail={"filter": chosen, "spec": request[2]},
+        database=database,
+    ) as action:
+        operation = run(batch_store.submit(*request), database)
+        action.detail["batch_operation"] = operation.id
+        action.done(operation.total)
+    return operation
 
 
 def get_batch_operation(op_id: int, *, database: str | None = None) -> BatchOperation | None:
@@ -151,16 +171,23 @@ def list_batch_operations(*, limit: int = 100, database: str | None = None) -> l
     return run(batch_store.list_operations(check_limit(limit)), database)
 
 
-def cancel_batch_operation(op_id: int, *, database: str | None = None) -> bool:
+def cancel_batch_operation(
+    op_id: int, *, actor: str | None = None, database: str | None = None
+) -> bool:
     """Stop a pending or running batch operation; True when this call stopped it.
 
     A chunk being applied finishes first; jobs already changed stay changed.
     An operation that finished already is left as it is and False is
     returned.  Unknown ids raise ``JobNotFound``.
     """
-    cancelled = run(batch_store.cancel(check_id(op_id, "batch operation id")), database)
-    if cancelled is None:
-        raise JobNotFound(f"no batch operation with id {op_id}")
+    op_id = check_id(op_id, "batch operation id")
+    with audited(
+        actor, "cancel_batch_operation", f"batch operation {op_id}", database=database
+    ) as action:
+        cancelled = run(batch_store.cancel(op_id), database)
+        if cancelled is None:
+            raise JobNotFound(f"no batch operation with id {op_id}")
+        action.done(int(cancelled))
     return cancelled
 
 

@@ -20,6 +20,7 @@ from ..domain.pgtext import clean_text
 from ..exceptions import CallbackNotFound, InvalidJob
 from ..storage import leases
 from ..storage.base import run
+from .audit import audited
 
 
 def _resolve(
@@ -28,6 +29,7 @@ def _resolve(
     *,
     payload: Any = None,
     error: str | None = None,
+    actor: str | None,
     database: str | None,
 ) -> str:
     try:
@@ -35,6 +37,17 @@ def _resolve(
     except ValueError:
         raise CallbackNotFound(f"no callback {callback_id!r}") from None
     text = None if payload is None else to_json(payload, "callback payload")
+    with audited(
+        actor, f"{action}_external", f"callback {key}", detail={"error": error}, database=database
+    ) as audit:
+        state = _resolve_checked(key, action, text, error, database)
+        audit.done(1)
+    return state
+
+
+def _resolve_checked(
+    key: uuid.UUID, action: str, text: str | None, error: str | None, database: str | None
+) -> str:
     settings = awa_settings()
     state = run(
         leases.resolve_callback(
@@ -54,35 +67,51 @@ def _resolve(
 
 
 def complete_external(
-    callback_id: uuid.UUID | str, payload: Any = None, *, database: str | None = None
+    callback_id: uuid.UUID | str,
+    payload: Any = None,
+    *,
+    actor: str | None = None,
+    database: str | None = None,
 ) -> None:
     """Complete the attempt waiting for ``callback_id``; ``payload`` (JSON) is its return value."""
-    _resolve(callback_id, "complete", payload=payload, database=database)
+    _resolve(callback_id, "complete", payload=payload, actor=actor, database=database)
 
 
-def fail_external(callback_id: uuid.UUID | str, error: str, *, database: str | None = None) -> None:
+def fail_external(
+    callback_id: uuid.UUID | str,
+    error: str,
+    *,
+    actor: str | None = None,
+    database: str | None = None,
+) -> None:
     """Fail the attempt waiting for ``callback_id`` (terminal: failed, or the DLQ)."""
     if not isinstance(error, str) or not error:
         raise InvalidJob("error must be a non-empty string")
     # Kept as text and in the jsonb error history: NUL and lone surrogates
     # escaped (awa_django.domain.pgtext), or the closure could not be written.
-    _resolve(callback_id, "fail", error=clean_text(error), database=database)
+    _resolve(callback_id, "fail", error=clean_text(error), actor=actor, database=database)
 
 
-def retry_external(callback_id: uuid.UUID | str, *, database: str | None = None) -> None:
+def retry_external(
+    callback_id: uuid.UUID | str, *, actor: str | None = None, database: str | None = None
+) -> None:
     """Run the job waiting for ``callback_id`` again now (a new attempt)."""
-    _resolve(callback_id, "retry", database=database)
+    _resolve(callback_id, "retry", actor=actor, database=database)
 
 
 def resume_external(
-    callback_id: uuid.UUID | str, payload: Any = None, *, database: str | None = None
+    callback_id: uuid.UUID | str,
+    payload: Any = None,
+    *,
+    actor: str | None = None,
+    database: str | None = None,
 ) -> None:
     """Hand ``payload`` to the handler blocked in ``ctx.wait_for_callback(callback_id)``.
 
     A parked attempt (the handler returned ``WaitForCallback``) has no
     handler to hand it to: it is completed with ``payload`` instead.
     """
-    _resolve(callback_id, "resume", payload=payload, database=database)
+    _resolve(callback_id, "resume", payload=payload, actor=actor, database=database)
 
 
 acomplete_external = sync_to_async(complete_external)

@@ -9,6 +9,7 @@ matching a filter, in batches of short transactions (:func:`dlq_retry_all`,
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from typing import Any
 
@@ -21,6 +22,7 @@ from ..exceptions import InvalidJob, JobNotFound
 from ..storage import dlq as dlq_store
 from ..storage.base import run
 from .arguments import check_id, check_limit, check_text
+from .audit import Action, audited
 
 
 def dlq_list(
@@ -57,30 +59,41 @@ def dlq_retry(
     *,
     queue: str | None = None,
     priority: int | None = None,
+    actor: str | None = None,
     database: str | None = None,
 ) -> None:
     """Run a dead-lettered job again, due now, optionally on another queue or priority.
 
     The job keeps its id, arguments and error history; its attempt count and
     run_lease start again from zero.  Raises ``JobNotFound`` when the job is
-    not in the DLQ.
+    not in the DLQ.  ``actor``: who asked, for the audit log.
     """
-    moved = run(
-        dlq_store.retry(
-            [check_id(job_id)],
-            queue=None if queue is None else check_queue(queue),
-            priority=None if priority is None else check_priority(priority),
-        ),
-        database,
-    )
-    if not moved:
-        raise JobNotFound(f"job {job_id} is not in the dead-letter queue")
+    job_id = check_id(job_id)
+    to_queue = None if queue is None else check_queue(queue)
+    to_priority = None if priority is None else check_priority(priority)
+    with audited(
+        actor,
+        "dlq_retry",
+        f"job {job_id}",
+        job_ids=[job_id],
+        detail={"queue": to_queue, "priority": to_priority},
+        database=database,
+    ) as action:
+        moved = run(dlq_store.retry([job_id], queue=to_queue, priority=to_priority), database)
+        if not moved:
+            raise JobNotFound(f"job {job_id} is not in the dead-letter queue")
+        action.done(1)
 
 
-def dlq_purge(job_id: int, *, database: str | None = None) -> None:
+def dlq_purge(job_id: int, *, actor: str | None = None, database: str | None = None) -> None:
     """Delete a dead-lettered job for good; ``JobNotFound`` when it is not in the DLQ."""
-    if not run(dlq_store.purge([check_id(job_id)]), database):
-        raise JobNotFound(f"job {job_id} is not in the dead-letter queue")
+    job_id = check_id(job_id)
+    with audited(
+        actor, "dlq_purge", f"job {job_id}", job_ids=[job_id], database=database
+    ) as action:
+        if not run(dlq_store.purge([job_id]), database):
+            raise JobNotFound(f"job {job_id} is not in the dead-letter queue")
+        action.done(1)
 
 
 def _dlq_filter(
@@ -105,22 +118,26 @@ def dlq_retry_all(
     to_queue: str | None = None,
     to_priority: int | None = None,
     batch_size: int | None = None,
+    actor: str | None = None,
     database: str | None = None,
 ) -> int:
     """Retry every dead-lettered job matching the filters; returns how many.
 
     Works in batches of ``batch_size`` (default ``CLEANUP_BATCH_SIZE``), each
-    its own short transaction outside ``atomic()``.
+    its own short transaction outside ``atomic()``.  With an ``actor``, one
+    audit entry records the filter and the total.
     """
     chosen = _dlq_filter(queue, kind, moved_before, batch_size)
-    return run(
-        dlq_store.retry_matching(
-            **chosen,
-            to_queue=None if to_queue is None else check_queue(to_queue),
-            to_priority=None if to_priority is None else check_priority(to_priority),
-        ),
-        database,
-    )
+    to_queue = None if to_queue is None else check_queue(to_queue)
+    to_priority = None if to_priority is None else check_priority(to_priority)
+    with _audited_filter(actor, "dlq_retry_all", chosen, database) as action:
+        action.detail.update(to_queue=to_queue, to_priority=to_priority)
+        count = run(
+            dlq_store.retry_matching(**chosen, to_queue=to_queue, to_priority=to_priority),
+            database,
+        )
+        action.done(count)
+    return count
 
 
 def dlq_purge_all(
@@ -129,24 +146,58 @@ def dlq_purge_all(
     kind: str | None = None,
     moved_before: dt.datetime | None = None,
     batch_size: int | None = None,
+    actor: str | None = None,
     database: str | None = None,
 ) -> int:
     """Purge every dead-lettered job matching the filters, in batches; returns how many."""
-    return run(
-        dlq_store.purge_matching(**_dlq_filter(queue, kind, moved_before, batch_size)), database
+    chosen = _dlq_filter(queue, kind, moved_before, batch_size)
+    with _audited_filter(actor, "dlq_purge_all", chosen, database) as action:
+        count = run(dlq_store.purge_matching(**chosen), database)
+        action.done(count)
+    return count
+
+
+def _audited_filter(
+    actor: str | None, action: str, chosen: dict[str, Any], database: str | None
+) -> contextlib.AbstractContextManager[Action]:
+    """The audit of a bulk DLQ action: its filter is its target."""
+    given = {k: v for k, v in chosen.items() if v is not None and k != "batch_size"}
+    words = " ".join(f"{k}={v}" for k, v in given.items())
+    return audited(
+        actor,
+        action,
+        f"dlq where {words}" if words else "the whole dlq",
+        queue=chosen["queue"],
+        detail=given,
+        database=database,
+        batched=True,
     )
 
 
 def move_failed_to_dlq(
-    job_id: int, *, reason: str = "moved by an operator", database: str | None = None
+    job_id: int,
+    *,
+    reason: str = "moved by an operator",
+    actor: str | None = None,
+    database: str | None = None,
 ) -> bool:
     """Move a failed job into the dead-letter queue; False when it is not failed.
 
     Unknown ids raise ``JobNotFound``.
     """
-    state = run(dlq_store.move_failed(check_id(job_id), reason), database)
-    if state is None:
-        raise JobNotFound(f"no job with id {job_id}")
+    job_id = check_id(job_id)
+    with audited(
+        actor,
+        "move_failed_to_dlq",
+        f"job {job_id}",
+        job_ids=[job_id],
+        detail={"reason": reason},
+        database=database,
+    ) as action:
+        state = run(dlq_store.move_failed(job_id, reason), database)
+        if state is None:
+            raise JobNotFound(f"no job with id {job_id}")
+        action.done(int(state == "moved"))
     return state == "moved"
 
 

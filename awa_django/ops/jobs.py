@@ -20,6 +20,7 @@ from ..storage import jobs as job_store
 from ..storage import leases
 from ..storage.base import run
 from .arguments import check_id, check_limit, check_state, check_text
+from .audit import audited
 
 
 def get_job(job_id: int, *, database: str | None = None) -> JobInfo | None:
@@ -109,7 +110,11 @@ def browse_jobs(
 
 
 def cancel_job(
-    job_id: int, *, reason: str = "cancelled by an operator", database: str | None = None
+    job_id: int,
+    *,
+    reason: str = "cancelled by an operator",
+    actor: str | None = None,
+    database: str | None = None,
 ) -> bool:
     """Cancel the job in whatever live state it is; True when this call cancelled it.
 
@@ -118,27 +123,52 @@ def cancel_job(
     turn true (NOTIFY, or the next heartbeat) and cannot complete it later.
     A job that already finished (completed, failed, cancelled, in the DLQ)
     is left as it is and False is returned.  Unknown ids raise
-    ``JobNotFound``.
+    ``JobNotFound``.  ``actor``: who asked, for the audit log (:mod:`.audit`).
     """
-    state = run(leases.cancel_job(check_id(job_id), reason), database)
-    if state is None:
-        raise JobNotFound(f"no job with id {job_id}")
+    job_id = check_id(job_id)
+    with audited(
+        actor,
+        "cancel_job",
+        f"job {job_id}",
+        job_ids=[job_id],
+        detail={"reason": reason},
+        database=database,
+    ) as action:
+        state = run(leases.cancel_job(job_id, reason), database)
+        if state is None:
+            raise JobNotFound(f"no job with id {job_id}")
+        action.done(int(state == "cancelled"))
     return state == "cancelled"
 
 
 def retry_job(
-    job_id: int, *, reason: str = "retried by an operator", database: str | None = None
+    job_id: int,
+    *,
+    reason: str = "retried by an operator",
+    actor: str | None = None,
+    database: str | None = None,
 ) -> bool:
     """Run a failed or cancelled job again; True when this call queued it.
 
     The job keeps its id, args and error history and gets a fresh attempt
     count; it is due at once.  A job in any other state is left as it is
     and False is returned (a running job is not interrupted; cancel it
-    first).  Unknown ids raise ``JobNotFound``.
+    first).  Unknown ids raise ``JobNotFound``.  ``actor``: who asked, for the
+    audit log.
     """
-    state = run(leases.retry_job(check_id(job_id), reason), database)
-    if state is None:
-        raise JobNotFound(f"no job with id {job_id}")
+    job_id = check_id(job_id)
+    with audited(
+        actor,
+        "retry_job",
+        f"job {job_id}",
+        job_ids=[job_id],
+        detail={"reason": reason},
+        database=database,
+    ) as action:
+        state = run(leases.retry_job(job_id, reason), database)
+        if state is None:
+            raise JobNotFound(f"no job with id {job_id}")
+        action.done(int(state == "retried"))
     return state == "retried"
 
 

@@ -16,9 +16,12 @@ from ..domain.overrides import check_keys, check_overrides
 from ..domain.payload import check_queue
 from ..storage import overrides as override_store
 from ..storage.base import run
+from .audit import audited
 
 
-def set_queue_override(queue: str, *, database: str | None = None, **values: Any) -> dict[str, Any]:
+def set_queue_override(
+    queue: str, *, actor: str | None = None, database: str | None = None, **values: Any
+) -> dict[str, Any]:
     """Override options of ``queue`` on every running worker, without a restart.
 
     ``values`` are any of ``poll_interval``, ``claim_batch_size``,
@@ -34,7 +37,18 @@ def set_queue_override(queue: str, *, database: str | None = None, **values: Any
     ``[max_rate, burst]``).
     """
     name = check_queue(queue)
-    return run(override_store.set_values(name, check_overrides(values)), database)
+    checked = check_overrides(values)
+    with audited(
+        actor,
+        "set_queue_override",
+        f"queue {name}",
+        queue=name,
+        detail=dict(checked),
+        database=database,
+    ) as action:
+        now = run(override_store.set_values(name, checked), database)
+        action.done(len(checked))
+    return now
 
 
 def queue_overrides(
@@ -45,13 +59,26 @@ def queue_overrides(
     return run(override_store.read(names), database)
 
 
-def clear_queue_override(queue: str, *keys: str, database: str | None = None) -> list[str]:
+def clear_queue_override(
+    queue: str, *keys: str, actor: str | None = None, database: str | None = None
+) -> list[str]:
     """Drop overrides of ``queue`` (the given options, or every one): workers
     return to their settings within a few seconds.  Returns the options that
     were overridden and no longer are; an option that cannot be overridden
     raises ``InvalidJob``."""
     name = check_queue(queue)
-    return run(override_store.clear(name, check_keys(keys) if keys else None), database)
+    chosen = check_keys(keys) if keys else None
+    with audited(
+        actor,
+        "clear_queue_override",
+        f"queue {name}",
+        queue=name,
+        detail={"keys": list(chosen) if chosen else "all"},
+        database=database,
+    ) as action:
+        cleared = run(override_store.clear(name, chosen), database)
+        action.done(len(cleared))
+    return cleared
 
 
 aset_queue_override = sync_to_async(set_queue_override)

@@ -20,6 +20,7 @@ from ..exceptions import InvalidJob, JobNotFound
 from ..storage import periodic as periodic_store
 from ..storage.base import AsyncRunner, run
 from .arguments import check_text
+from .audit import audited
 
 
 def _schedule_name(name: object) -> str:
@@ -49,7 +50,7 @@ def get_periodic(name: str, *, database: str | None = None) -> PeriodicInfo | No
     return PeriodicInfo.from_row(rows[0]) if rows else None
 
 
-def pause_periodic(name: str, *, database: str | None = None) -> bool:
+def pause_periodic(name: str, *, actor: str | None = None, database: str | None = None) -> bool:
     """Stop ``name`` firing until it is resumed; True when this call paused it.
 
     The pause wins over a leader that already read the schedule as due: its
@@ -57,13 +58,15 @@ def pause_periodic(name: str, *, database: str | None = None) -> bool:
     and re-declarations.  Unknown names raise ``JobNotFound``.
     """
     name = _schedule_name(name)
-    paused = run(periodic_store.pause(name), database)
-    if paused is None:
-        raise _no_schedule(name)
+    with audited(actor, "pause_periodic", f"schedule {name}", database=database) as action:
+        paused = run(periodic_store.pause(name), database)
+        if paused is None:
+            raise _no_schedule(name)
+        action.done(int(paused))
     return paused
 
 
-def resume_periodic(name: str, *, database: str | None = None) -> bool:
+def resume_periodic(name: str, *, actor: str | None = None, database: str | None = None) -> bool:
     """Let ``name`` fire again; True when this call resumed it.
 
     Occurrences that passed while it was paused are skipped, not caught
@@ -72,13 +75,17 @@ def resume_periodic(name: str, *, database: str | None = None) -> bool:
     names raise ``JobNotFound``.
     """
     name = _schedule_name(name)
-    resumed = run(periodic_store.resume(name, next_occurrence), database)
-    if resumed is None:
-        raise _no_schedule(name)
+    with audited(actor, "resume_periodic", f"schedule {name}", database=database) as action:
+        resumed = run(periodic_store.resume(name, next_occurrence), database)
+        if resumed is None:
+            raise _no_schedule(name)
+        action.done(int(resumed))
     return resumed
 
 
-def trigger_periodic(name: str, *, database: str | None = None) -> EnqueuedJob:
+def trigger_periodic(
+    name: str, *, actor: str | None = None, database: str | None = None
+) -> EnqueuedJob:
     """Enqueue one job of ``name`` now, outside its schedule; returns it.
 
     The job carries the schedule's arguments, queue and priority, and
@@ -88,9 +95,11 @@ def trigger_periodic(name: str, *, database: str | None = None) -> EnqueuedJob:
     """
     name = _schedule_name(name)
     metadata = fire_metadata(name, dt.datetime.now(dt.UTC), manual=True)
-    job = run(periodic_store.trigger(name, metadata), database)
-    if job is None:
-        raise _no_schedule(name)
+    with audited(actor, "trigger_periodic", f"schedule {name}", database=database) as action:
+        job = run(periodic_store.trigger(name, metadata), database)
+        if job is None:
+            raise _no_schedule(name)
+        action.done(1, job_ids=[job.id])
     return job
 
 

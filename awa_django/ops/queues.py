@@ -9,7 +9,9 @@ and across restarts.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+from typing import Any
 
 from asgiref.sync import sync_to_async
 
@@ -22,6 +24,7 @@ from ..storage import jobs as job_store
 from ..storage import queues as queue_store
 from ..storage.base import run
 from .arguments import check_text
+from .audit import Action, audited
 
 
 def state_counts(*, database: str | None = None) -> dict[str, dict[str, int]]:
@@ -79,23 +82,46 @@ async def await_for_room(
     )
 
 
-def pause_queue(queue: str, *, database: str | None = None) -> bool:
+def pause_queue(queue: str, *, actor: str | None = None, database: str | None = None) -> bool:
     """Stop every worker claiming ``queue``; True when this call paused it.
 
     Workers notice within one poll interval; attempts already running
     finish.  Jobs can still be enqueued.  The pause is stored in the
-    database, so it holds for every process and across restarts.
+    database, so it holds for every process and across restarts.  ``actor``:
+    who asked, for the audit log.
     """
-    return run(queue_store.pause(check_queue(queue)), database)
+    name = check_queue(queue)
+    with _audited_queue(actor, "pause_queue", name, database) as action:
+        paused = run(queue_store.pause(name), database)
+        action.done(int(paused))
+    return paused
 
 
-def resume_queue(queue: str, *, database: str | None = None) -> bool:
+def resume_queue(queue: str, *, actor: str | None = None, database: str | None = None) -> bool:
     """Let workers claim ``queue`` again; True when it was paused."""
-    return run(queue_store.resume(check_queue(queue)), database)
+    name = check_queue(queue)
+    with _audited_queue(actor, "resume_queue", name, database) as action:
+        resumed = run(queue_store.resume(name), database)
+        action.done(int(resumed))
+    return resumed
+
+
+def _audited_queue(
+    actor: str | None,
+    action: str,
+    queue: str,
+    database: str | None,
+    detail: dict[str, Any] | None = None,
+) -> contextlib.AbstractContextManager[Action]:
+    return audited(actor, action, f"queue {queue}", queue=queue, detail=detail, database=database)
 
 
 def drain_queue(
-    queue: str, *, reason: str = "drained by an operator", database: str | None = None
+    queue: str,
+    *,
+    reason: str = "drained by an operator",
+    actor: str | None = None,
+    database: str | None = None,
 ) -> int:
     """Cancel every available, scheduled, retry-waiting and dependency-waiting
     job of ``queue`` (the dependents of those, on any queue, follow their
@@ -105,7 +131,11 @@ def drain_queue(
     jobs were cancelled; each keeps ``reason`` in its error history.
     """
     check_text(reason, "the drain reason")
-    return run(queue_store.drain(check_queue(queue), reason), database)
+    name = check_queue(queue)
+    with _audited_queue(actor, "drain_queue", name, database, {"reason": reason}) as action:
+        cancelled = run(queue_store.drain(name, reason), database)
+        action.done(cancelled)
+    return cancelled
 
 
 def list_queues(*, database: str | None = None) -> list[QueueInfo]:
@@ -149,7 +179,9 @@ def get_queue(queue: str, *, database: str | None = None) -> QueueInfo:
     )
 
 
-def set_enqueue_shards(queue: str, n: int, *, database: str | None = None) -> int:
+def set_enqueue_shards(
+    queue: str, n: int, *, actor: str | None = None, database: str | None = None
+) -> int:
     """Give ``queue`` ``n`` enqueue shards (1 to 64); returns the previous count.
 
     Each (queue, priority) gets ``n`` lanes: producers on different lanes no
@@ -162,7 +194,12 @@ def set_enqueue_shards(queue: str, n: int, *, database: str | None = None) -> in
     """
     if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_ENQUEUE_SHARDS:
         raise InvalidJob(f"enqueue shards must be an integer 1 to {MAX_ENQUEUE_SHARDS}, got {n!r}")
-    return run(queue_store.set_enqueue_shards(check_queue(queue), n), database)
+    name = check_queue(queue)
+    with _audited_queue(actor, "set_enqueue_shards", name, database, {"shards": n}) as action:
+        previous = run(queue_store.set_enqueue_shards(name, n), database)
+        action.detail["previous"] = previous
+        action.done(int(previous != n))
+    return previous
 
 
 #: The most enqueue shards a queue may have (the schema's CHECK).

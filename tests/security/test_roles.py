@@ -137,6 +137,7 @@ def test_the_web_app_enqueues_reads_and_operates_as_the_web_role(deployment: Dep
     assert report["get_job"] == "available"
     assert len(report["many"]) == 5
     assert report["paused"] and report["resumed"]
+    assert report["audited"] == ["resume_queue", "pause_queue"]  # the web role writes the log
     assert report["cancelled"] and report["retried"]
     assert report["override"] == {"claim_batch_size": 7}
     assert report["override_cleared"] == ["claim_batch_size"]

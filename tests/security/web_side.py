@@ -43,8 +43,9 @@ def main(queue: str) -> None:
     report["queues"] = [info.name for info in ops.list_queues()]
     report["dlq"] = ops.dlq_count()
     report["runtimes"] = len(ops.list_runtimes())
-    report["paused"] = ops.pause_queue(queue)
-    report["resumed"] = ops.resume_queue(queue)
+    report["paused"] = ops.pause_queue(queue, actor="web-operator")
+    report["resumed"] = ops.resume_queue(queue, actor="web-operator")
+    report["audited"] = [entry.action for entry in ops.audit_log(queue=queue)]
     report["cancelled"] = ops.cancel_job(report["many"][0])
     report["retried"] = ops.retry_job(report["many"][0])
     report["override"] = ops.set_queue_override(queue, claim_batch_size=7)

@@ -198,7 +198,9 @@ class Command(BaseCommand):
             f"submit batch operation: {summary}: {count} job(s) match now",
             assume_yes=options["yes"],
         )
-        op = ops.submit_batch_operation(op_kind, filter_, spec, database=database)
+        op = ops.submit_batch_operation(
+            op_kind, filter_, spec, actor=ops.command_actor(), database=database
+        )
         out.line(
             f"batch operation {op.id} submitted: {op.total} job(s); the maintenance leader "
             f"applies it (follow it with: manage.py awa_batch list {op.id})"
@@ -216,7 +218,7 @@ class Command(BaseCommand):
             f"cancel batch operation {op_id} ({found.summary}; {found.state}, {_progress(found)})",
             assume_yes=options["yes"],
         )
-        cancelled = ops.cancel_batch_operation(op_id, database=database)
+        cancelled = ops.cancel_batch_operation(op_id, actor=ops.command_actor(), database=database)
         now = ops.get_batch_operation(op_id, database=database) or found
         if cancelled:
             out.line(f"batch operation {op_id} cancelled after {now.done} of {now.total} job(s)")

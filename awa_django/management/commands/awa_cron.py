@@ -77,11 +77,11 @@ class Command(BaseCommand):
         )
         confirm_change(out, database, summary, assume_yes=options["yes"])
         if action == "run":
-            job = ops.trigger_periodic(name, database=database)
+            job = ops.trigger_periodic(name, actor=ops.command_actor(), database=database)
             out.line(f"schedule {name}: enqueued job {job.id} ({job.state})")
             return
         change = ops.pause_periodic if action == "pause" else ops.resume_periodic
-        if change(name, database=database):
+        if change(name, actor=ops.command_actor(), database=database):
             out.line(f"schedule {name} {action}d")
         elif action == "pause":
             out.line(f"schedule {name} is already paused: nothing to pause")

@@ -160,10 +160,11 @@ class Command(BaseCommand):
                     job_id,
                     queue=options["to_queue"],
                     priority=options["to_priority"],
+                    actor=ops.command_actor(),
                     database=database,
                 )
             else:
-                ops.dlq_purge(job_id, database=database)
+                ops.dlq_purge(job_id, actor=ops.command_actor(), database=database)
             out.line(f"job {job_id}: {action} done")
             return
         chosen = {
@@ -185,10 +186,14 @@ class Command(BaseCommand):
             assume_yes=options["yes"] or not options["interactive"],
             always_ask=True,
         )
+        actor = ops.command_actor()
         if action == "retry":
             count = ops.dlq_retry_all(
-                **chosen, to_queue=options["to_queue"], to_priority=options["to_priority"]
+                **chosen,
+                to_queue=options["to_queue"],
+                to_priority=options["to_priority"],
+                actor=actor,
             )
         else:
-            count = ops.dlq_purge_all(**chosen)
+            count = ops.dlq_purge_all(**chosen, actor=actor)
         out.line(f"{action}: {count} job(s)")

@@ -72,7 +72,9 @@ class Command(BaseCommand):
             assume_yes=options["yes"],
         )
         change = ops.retry_job if action == "retry" else ops.cancel_job
-        changed = change(job_id, database=database)  # JobNotFound if it went meanwhile
+        changed = change(
+            job_id, actor=ops.command_actor(), database=database
+        )  # JobNotFound if it went meanwhile
         info = ops.get_job(job_id, database=database)
         state = info.state if info else "gone"
         if changed:

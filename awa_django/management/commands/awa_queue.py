@@ -203,11 +203,13 @@ class Command(BaseCommand):
             summary = f"{action} queue {name} (now {_state(info)})"
         confirm_change(out, database, summary, assume_yes=options["yes"])
         if action == "drain":
-            count = ops.drain_queue(name, reason=options["reason"], database=database)
+            count = ops.drain_queue(
+                name, reason=options["reason"], actor=ops.command_actor(), database=database
+            )
             out.line(f"queue {name} drained: {count} job(s) cancelled")
             return
         change = ops.pause_queue if action == "pause" else ops.resume_queue
-        if change(name, database=database):
+        if change(name, actor=ops.command_actor(), database=database):
             out.line(f"queue {name} {action}d")
         elif action == "pause":
             out.line(f"queue {name} is already paused: nothing to pause")
@@ -225,7 +227,9 @@ class Command(BaseCommand):
             f"queue {info.name}: {info.enqueue_shards} -> {count} enqueue shard(s)",
             assume_yes=options["yes"],
         )
-        before = ops.set_enqueue_shards(info.name, count, database=database)
+        before = ops.set_enqueue_shards(
+            info.name, count, actor=ops.command_actor(), database=database
+        )
         if before == count:
             out.line(f"queue {info.name} already has {count} enqueue shard(s): nothing changed")
         else:
@@ -255,7 +259,9 @@ class Command(BaseCommand):
             checked = check_overrides(values)  # refused before anything is asked
             summary = f"override on queue {name}: {_shown(checked)}"
             confirm_change(out, database, summary, assume_yes=options["yes"])
-            now = ops.set_queue_override(name, database=database, **values)
+            now = ops.set_queue_override(
+                name, actor=ops.command_actor(), database=database, **values
+            )
             out.line(f"queue {name} overrides: {_shown(now)}")
             return
         keys = check_keys(tuple(options["keys"]))
@@ -270,5 +276,7 @@ class Command(BaseCommand):
             f"clear on queue {queue}: {', '.join(dropped)} (back to the settings)",
             assume_yes=options["yes"],
         )
-        cleared = ops.clear_queue_override(queue, *keys, database=database)
+        cleared = ops.clear_queue_override(
+            queue, *keys, actor=ops.command_actor(), database=database
+        )
         out.line(f"queue {queue}: cleared {', '.join(cleared) or 'nothing'}")

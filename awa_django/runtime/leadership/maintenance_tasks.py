@@ -19,6 +19,7 @@ import psycopg
 from ... import cron
 from ...observability.hooks import Observer, QueueSample, observers
 from ...storage import AsyncRunner, descriptors
+from ...storage import audit as audit_store
 from ...storage import batch_ops as batch_store
 from ...storage import dependencies as dependency_store
 from ...storage import maintenance as store
@@ -219,8 +220,9 @@ class Cleaner(PeriodicService[int]):
         )
         removed += await self._run(descriptors.cleanup(m.settings.descriptor_retention))
         retention = m.settings.batch_op_retention_days * 86400.0
+        removed += await self._run(batch_store.cleanup(retention, m.settings.cleanup_batch_size))
         return removed + await self._run(
-            batch_store.cleanup(retention, m.settings.cleanup_batch_size)
+            audit_store.cleanup(m.settings.audit_retention, m.settings.cleanup_batch_size)
         )
 
 
