@@ -98,12 +98,12 @@ def test_a_refused_action_is_recorded_with_its_error_and_still_raises(queue):
 def test_an_action_rolled_back_by_its_caller_leaves_no_entry(queue):
     job = JobFactory.create(queue=queue)
 
-    class Abandon(Exception):
+    class AbandonError(Exception):
         pass
 
-    with pytest.raises(Abandon), transaction.atomic():
+    with pytest.raises(AbandonError), transaction.atomic():
         ops.cancel_job(job.id, actor="carol")
-        raise Abandon
+        raise AbandonError
     assert ops.get_job(job.id).state == "available"
     assert ops.audit_log(job_id=job.id) == []
 
@@ -200,7 +200,10 @@ def test_console_dlq_actions_land_in_the_jobs_history(superuser, queue):
     url = reverse("admin:awa_django_deadletter_action")
     superuser.post(url, {"action": "retry", "_selected_action": [job.id], "confirm": "yes"})
     messages = [e.change_message for e in job_history(job.id)]
-    assert messages == [f"Move to DLQ: job {job.id} moved to the DLQ", "Retried from the DLQ (bulk action)"]
+    assert messages == [
+        f"Move to DLQ: job {job.id} moved to the DLQ",
+        "Retried from the DLQ (bulk action)",
+    ]
     assert [e.action for e in ops.audit_log(job_id=job.id)] == ["dlq_retry", "move_failed_to_dlq"]
 
 
