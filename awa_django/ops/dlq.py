@@ -15,7 +15,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 
 from ..conf import awa_settings
-from ..domain.payload import check_priority, check_queue
+from ..domain.payload import check_priority, check_queue, check_run_at
 from ..domain.records import DlqEntry
 from ..exceptions import InvalidJob, JobNotFound
 from ..storage import dlq as dlq_store
@@ -57,19 +57,23 @@ def dlq_retry(
     *,
     queue: str | None = None,
     priority: int | None = None,
+    run_at: dt.datetime | None = None,
     database: str | None = None,
 ) -> None:
-    """Run a dead-lettered job again, due now, optionally on another queue or priority.
+    """Run a dead-lettered job again, optionally on another queue or priority.
 
-    The job keeps its id, arguments and error history; its attempt count and
-    run_lease start again from zero.  Raises ``JobNotFound`` when the job is
-    not in the DLQ.
+    Without ``run_at`` (or with one that is not in the future) the job is
+    ``available`` as the call returns, and idle workers of its queue are woken;
+    with a future ``run_at`` it is ``scheduled`` for then.  The job keeps its
+    id, arguments and error history; its attempt count and run_lease start
+    again from zero.  Raises ``JobNotFound`` when the job is not in the DLQ.
     """
     moved = run(
         dlq_store.retry(
             [check_id(job_id)],
             queue=None if queue is None else check_queue(queue),
             priority=None if priority is None else check_priority(priority),
+            run_at=check_run_at(run_at),
         ),
         database,
     )
@@ -104,13 +108,16 @@ def dlq_retry_all(
     moved_before: dt.datetime | None = None,
     to_queue: str | None = None,
     to_priority: int | None = None,
+    run_at: dt.datetime | None = None,
     batch_size: int | None = None,
     database: str | None = None,
 ) -> int:
     """Retry every dead-lettered job matching the filters; returns how many.
 
-    Works in batches of ``batch_size`` (default ``CLEANUP_BATCH_SIZE``), each
-    its own short transaction outside ``atomic()``.
+    Each job is available at once, or scheduled for a future ``run_at``, as
+    with :func:`dlq_retry`.  Works in batches of ``batch_size`` (default
+    ``CLEANUP_BATCH_SIZE``), each its own short transaction outside
+    ``atomic()``.
     """
     chosen = _dlq_filter(queue, kind, moved_before, batch_size)
     return run(
@@ -118,6 +125,7 @@ def dlq_retry_all(
             **chosen,
             to_queue=None if to_queue is None else check_queue(to_queue),
             to_priority=None if to_priority is None else check_priority(to_priority),
+            run_at=check_run_at(run_at),
         ),
         database,
     )
