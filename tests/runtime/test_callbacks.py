@@ -13,6 +13,8 @@ import time
 import uuid
 
 import pytest
+from django.contrib.auth.models import User
+from django.test import Client
 from django.urls import reverse
 from testapp import jobs, tasks
 from testapp.models import Execution
@@ -20,7 +22,6 @@ from testapp.models import Execution
 from awa_django import CallbackNotFound, JobNotFound, ops
 from awa_django.tasks import TaskResultStatus, result_of
 from tests.conftest import run_burst, wait_for
-from tests.django.conftest import superuser  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -193,7 +194,9 @@ def shown(job_id: int, queue: str) -> tuple[str, str, int, int]:
     return info.state, status, counts["running"], counts["waiting_external"]
 
 
-def test_a_sequential_wait_shows_waiting_external_until_the_resume(worker, queue, superuser):
+def test_a_sequential_wait_shows_waiting_external_until_the_resume(worker, queue):
+    superuser = Client()
+    superuser.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
     ref = jobs.wait_then_gate.using(queue=queue).enqueue()
     worker(slots=1)
     callback_id = waiting(ref.id)
