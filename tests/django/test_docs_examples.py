@@ -232,11 +232,12 @@ def parked(job_id: int) -> uuid.UUID:
 
 
 def blocked(job_id: int) -> uuid.UUID:
-    """Wait until a running handler registered its callback; returns the id."""
+    """Wait until a running handler blocks waiting for its callback (the job
+    shows waiting_external); returns the callback's id."""
 
     def registered():
         info = ops.get_job(job_id)
-        return info.callback_id if info and info.state == "running" else None
+        return info.callback_id if info and info.state == "waiting_external" else None
 
     return wait_for(registered, timeout=30)
 

@@ -221,7 +221,8 @@ LANGUAGE sql STABLE AS $$
                         WHERE y.batch_id = c.batch_id AND y.claim_slot = c.claim_slot
                           AND c.item = ANY (y.items))
     UNION ALL
-    SELECT l.job_id, r.kind, l.queue, l.state, l.effective_priority, l.attempt, r.max_attempts,
+    SELECT l.job_id, r.kind, l.queue, awa.lease_state(l.state, l.callback_id, l.waiting_for),
+           l.effective_priority, l.attempt, r.max_attempts,
            l.run_lease, r.args, r.kwargs, r.metadata, r.tags, r.errors,
            COALESCE(s.progress, r.progress), NULL::json, r.created_at, r.run_at, l.claimed_at,
            NULL::timestamptz
@@ -317,10 +318,10 @@ LANGUAGE sql STABLE AS $$
          WHERE p_queues IS NULL OR b.queue = ANY (p_queues)
          GROUP BY b.queue
         UNION ALL
-        SELECT l.queue, l.state, count(*)
+        SELECT l.queue, awa.lease_state(l.state, l.callback_id, l.waiting_for), count(*)
           FROM awa.leases l
          WHERE p_queues IS NULL OR l.queue = ANY (p_queues)
-         GROUP BY l.queue, l.state
+         GROUP BY 1, 2
         UNION ALL
         SELECT d.queue, d.state, count(*)
           FROM awa.deferred_jobs d
@@ -513,7 +514,8 @@ SELECT c.job_id, r.kind, c.queue, 'running'::text, c.effective_priority,
    AND r.shard = c.shard AND r.lane_seq = c.lane_seq
   LEFT JOIN awa.attempt_state s ON s.job_id = c.job_id AND s.run_lease = c.run_lease
 UNION ALL
-SELECT l.job_id, r.kind, l.queue, l.state, l.effective_priority, l.attempt, r.max_attempts,
+SELECT l.job_id, r.kind, l.queue, awa.lease_state(l.state, l.callback_id, l.waiting_for),
+       l.effective_priority, l.attempt, r.max_attempts,
        l.run_lease, r.args, r.kwargs, r.metadata, r.tags, r.errors,
        COALESCE(s.progress, r.progress), NULL::json, r.created_at, r.run_at, l.claimed_at,
        NULL::timestamptz
