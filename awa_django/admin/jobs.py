@@ -135,9 +135,8 @@ class JobAdmin(ConsoleAdmin):
         wanted = _searched_id(f.q)
         args_error = _args_problem(f.args)
         if args_error:
-            # A refused filter shows no jobs: an unfiltered page would look
-            # like the jobs that matched it.
-            messages.error(request, args_error)
+            # Shown next to the field; no jobs, since an unfiltered page
+            # would look like the jobs that matched it.
             jobs = []
         elif wanted is not None:
             found = ops.get_job(wanted) if wanted > 0 else None

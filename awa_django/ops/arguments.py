@@ -118,8 +118,7 @@ def check_args_contains(value: ArgsFilter | None) -> ArgumentMatch:
 def _check_length(text: str) -> None:
     if len(text) > MAX_FILTER_LENGTH:
         raise InvalidJob(
-            f"args filter is too long: {len(text)} characters of JSON, "
-            f"at most {MAX_FILTER_LENGTH}"
+            f"args filter is too long: {len(text)} characters of JSON, at most {MAX_FILTER_LENGTH}"
         )
 
 

@@ -79,9 +79,7 @@ def list_jobs(
     check_text(kind, "kind")
     limit = check_limit(limit)
     if args_contains is None:
-        return run(
-            job_store.list_jobs(queue=queue, state=state, kind=kind, limit=limit), database
-        )
+        return run(job_store.list_jobs(queue=queue, state=state, kind=kind, limit=limit), database)
     match = check_args_contains(args_contains)
     page = run(
         job_store.browse(
