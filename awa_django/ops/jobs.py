@@ -73,28 +73,24 @@ def list_jobs(
     browser, and returns the newest ``limit`` matches among them, oldest
     first.  Page further back with :func:`browse_jobs`.
     """
+    if args_contains is not None:
+        page = browse_jobs(
+            queue=queue,
+            state=state,
+            kind=kind,
+            args_contains=args_contains,
+            limit=limit,
+            database=database,
+        )
+        return page.jobs[::-1]
     if queue is not None:
         check_queue(queue)
     check_state(state)
     check_text(kind, "kind")
-    limit = check_limit(limit)
-    if args_contains is None:
-        return run(job_store.list_jobs(queue=queue, state=state, kind=kind, limit=limit), database)
-    match = check_args_contains(args_contains)
-    page = run(
-        job_store.browse(
-            before=None,
-            scan=BROWSE_SCAN,
-            limit=limit,
-            state=state,
-            queue=queue,
-            kind=kind,
-            args=match.args,
-            kwargs=match.kwargs,
-        ),
+    return run(
+        job_store.list_jobs(queue=queue, state=state, kind=kind, limit=check_limit(limit)),
         database,
     )
-    return page.jobs[::-1]
 
 
 def browse_jobs(
