@@ -24,8 +24,9 @@ from ..sql import schema_file
 from .base import Execute, Steps, operation, single
 
 # The substrate version this code needs (``awa.substrate_info``): 1 is the
-# 0.1.0 substrate installed by migration 0001_initial.
-SCHEMA_VERSION = 1
+# 0.1.0 substrate installed by migration 0001_initial, 2 adds the atomic
+# handlers' close, awa.complete_receipt (0002_atomic_closures).
+SCHEMA_VERSION = 2
 
 
 class RunAwaSQL(migrations.RunSQL):
