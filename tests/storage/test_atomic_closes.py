@@ -174,9 +174,7 @@ def test_an_attempt_closed_by_another_closer_is_stale(queue, sessions):
     done, retried = claim_batch(setup, queue, 2)
     run = SyncRunner(setup)
     # Compact evidence (a batched completion) and explicit evidence (a retry).
-    assert run(close_attempts([closure_for(done, "completed")])) == {
-        (done.job_id, done.run_lease)
-    }
+    assert run(close_attempts([closure_for(done, "completed")])) == {(done.job_id, done.run_lease)}
     assert run(close_attempts([closure_for(retried, "retryable")])) == {
         (retried.job_id, retried.run_lease)
     }
