@@ -40,12 +40,11 @@ commit did land.
 
 What an atomic job costs: each completion is its own commit on the
 handler's connection (and its own evidence row) instead of a share of a
-batched close, and the
-transaction stays open for as long as the handler runs.  A long atomic
-handler therefore holds its locks (the lane of each job it enqueued, the
-rows it wrote) and its snapshot until it returns, and while it holds a
-snapshot the maintenance leader will not prune a ring slot sealed after the
-transaction began (``awa.ring_slot_pinned``).
+batched close, and the transaction stays open for as long as the handler
+runs.  A long atomic handler therefore holds its locks (the lane of each
+job it enqueued, the rows it wrote) and its snapshot until it returns, and
+while it holds a snapshot the maintenance leader will not prune a ring slot
+sealed after the transaction began (``awa.ring_slot_pinned``).
 """
 
 from __future__ import annotations
