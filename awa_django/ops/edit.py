@@ -46,9 +46,7 @@ class Edit:
     kwargs_json: str | None
 
 
-def check_edit(
-    info: JobInfo, args: Sequence[Any] | None, kwargs: Mapping[str, Any] | None
-) -> Edit:
+def check_edit(info: JobInfo, args: Sequence[Any] | None, kwargs: Mapping[str, Any] | None) -> Edit:
     """The edit of ``info`` to ``args`` / ``kwargs`` (None: keep), checked as an
     enqueue of its kind would be; ``InvalidJob`` saying why otherwise.
 
@@ -124,9 +122,7 @@ def edit_and_retry(
             raise JobNotFound(f"no job with id {job_id}")
         edit = check_edit(info, args, kwargs)
         note = f"arguments edited by {actor or 'an operator'} and retried."
-        done = run(
-            leases.edit_and_retry(job_id, edit.args_json, edit.kwargs_json, note), database
-        )
+        done = run(leases.edit_and_retry(job_id, edit.args_json, edit.kwargs_json, note), database)
         if done is None:
             raise JobNotFound(f"no job with id {job_id}")
         outcome, old_args, old_kwargs = done
