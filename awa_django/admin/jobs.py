@@ -30,6 +30,7 @@ from ..models import Job
 from ..ops.arguments import check_args_contains
 from .audit import actor, log_change
 from .base import MAX_ID, ConsoleAdmin, parse_id
+from .edit import EditAndRetryMixin
 
 #: Jobs per page of the browser.
 PAGE_SIZE = 50
@@ -106,7 +107,7 @@ class Filters:
         return "?" + urlencode({k: v for k, v in values.items() if v is not None})
 
 
-class JobAdmin(ConsoleAdmin):
+class JobAdmin(EditAndRetryMixin, ConsoleAdmin):
     list_template = "jobs.html"
     detail_template = "job.html"
     object_actions = {
@@ -240,6 +241,7 @@ class JobAdmin(ConsoleAdmin):
                 ("Finalized", job.finalized_at),
             ],
             "available_actions": available,
+            "edit_url": self.edit_url(request, job),
         }
 
     # --- actions -------------------------------------------------------------

@@ -7,7 +7,7 @@ caller's transaction.  Async twins carry Django's ``a`` prefix.
 This package is the only door from the Django surfaces (the console, the
 views, the management commands) to the storage: they call these functions
 and never a storage operation themselves.  One module per subject --
-``jobs``, ``callbacks``, ``dlq``, ``periodic``, ``queues``, ``catalog``
+``jobs``, ``edit`` (edit and retry), ``callbacks``, ``dlq``, ``periodic``, ``queues``, ``catalog``
 (descriptors and runtimes), ``overrides``, ``batches``, ``audit`` (who did what), ``status`` (the
 installation as a whole) and ``connection`` (which database), with the
 argument checks they share in ``arguments`` -- and every public name is
@@ -77,6 +77,10 @@ from .dlq import (
     dlq_retry,
     dlq_retry_all,
     move_failed_to_dlq,
+)
+from .edit import (
+    aedit_and_retry,
+    edit_and_retry,
 )
 from .jobs import (
     BROWSE_SCAN,
@@ -169,6 +173,7 @@ __all__ = [
     "adlq_retry",
     "adlq_retry_all",
     "adrain_queue",
+    "aedit_and_retry",
     "afail_external",
     "aget_batch_operation",
     "aget_job",
@@ -217,6 +222,7 @@ __all__ = [
     "dlq_retry",
     "dlq_retry_all",
     "drain_queue",
+    "edit_and_retry",
     "fail_external",
     "get_batch_operation",
     "get_job",

@@ -133,6 +133,23 @@ def retry_job(job_id: int, reason: str) -> Steps[str | None]:
 
 
 @operation
+def edit_and_retry(
+    job_id: int, args_json: str | None, kwargs_json: str | None, note: str
+) -> Steps[tuple[str, Any, Any] | None]:
+    """Run a failed, cancelled or dead-lettered job again with new arguments
+    (JSON text, None keeps the current ones); returns ``('retried', old args,
+    old kwargs)``, ``('already_<state>', None, None)`` for a job in another
+    state, or None for an unknown id."""
+    rows = yield Execute.named("leases", "edit_and_retry", [job_id, args_json, kwargs_json, note])
+    outcome, old_args, old_kwargs = rows[0]
+    if outcome is None:
+        return None
+    if outcome != "retried":
+        return str(outcome), None, None
+    return "retried", json.loads(old_args), json.loads(old_kwargs)
+
+
+@operation
 def cancel_job(job_id: int, reason: str) -> Steps[str | None]:
     """Cancel a job in any live state; returns ``'cancelled'``,
     ``'already_<state>'`` for a job that had finished, or None for an

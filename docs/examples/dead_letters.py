@@ -31,3 +31,12 @@ def print_dead_letters() -> None:
 
 
 # [/inspect]
+
+
+# [edit]
+def charge_the_right_order(job_id: int, order_id: int) -> None:
+    """The job was enqueued with the wrong order id: run it for the right one."""
+    ops.edit_and_retry(job_id, [order_id], actor="support@example.com")
+
+
+# [/edit]

@@ -392,6 +392,16 @@ def fails_until_released(ctx) -> str:
     return f"fixed on attempt {ctx.attempt}"
 
 
+@job(kind="testapp.charge", takes_context=True)
+def charge(ctx, customer_id: int, *, amount: int = 1) -> str:
+    """Records the arguments it runs with and fails for good on a customer id
+    below 1: bad arguments, which an operator edits before retrying."""
+    _record(ctx, f"charge {customer_id} {amount}")
+    if customer_id < 1:
+        raise TerminalError(f"no customer {customer_id}")
+    return f"charged customer {customer_id} {amount}"
+
+
 # --- capacity: how many jobs of a queue run at once -------------------------------
 
 

@@ -29,6 +29,7 @@ pytestmark = pytest.mark.django_db
 MUTATING = (
     "cancel_job",
     "retry_job",
+    "edit_and_retry",
     "dlq_retry",
     "dlq_purge",
     "dlq_retry_all",

@@ -455,7 +455,8 @@ def test_resume_hands_the_payload_to_a_waiting_handler(committed, queue):
     worker.start()
     try:
         callback_id = wait_for(lambda: callback_of(ref.id))
-        assert state(ref.id) == "running"
+        # Registered, then blocked in the sequential wait: waiting_external.
+        wait_for(lambda: state(ref.id) == "waiting_external")
         response = post(callback_id, "resume", {"payload": "go"})
         assert response.status_code == 200
     finally:

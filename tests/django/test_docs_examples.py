@@ -405,13 +405,22 @@ def test_dead_letters_are_listed_retried_and_purged(committed, monkeypatch, caps
         ops.dlq_retry(fixed.id)
     assert [e.job_id for e in ops.dlq_list(queue="payments")] == [unfixed.id]
 
+    # Order 3 was the wrong order: run the job again for order 5.
+    dead_letters.charge_the_right_order(unfixed.id, 5)
+    with override_settings(AWA={**settings.AWA, **dead_letters.AWA}):
+        run_burst("payments")
+    info = ops.get_job(unfixed.id)
+    assert (info.state, info.args, info.return_value) == ("completed", [5], "order 5 captured")
+    (edit,) = ops.audit_log(job_id=unfixed.id)
+    assert (edit.actor, edit.detail["old_args"]) == ("support@example.com", [3])
+
     # Without the DLQ the job ends failed; it can be moved there afterwards.
     failed = capture.enqueue(4)
     dead_letters.DECLINED_ORDERS.add(4)
     run_burst("payments")
     assert ops.get_job(failed.id).state == "failed"
     assert ops.move_failed_to_dlq(failed.id) is True
-    assert ops.dlq_purge_all(queue="payments", kind=capture.kind) == 2
+    assert ops.dlq_purge_all(queue="payments", kind=capture.kind) == 1
     assert ops.queue_counts("payments")["dlq"] == 0
 
 

@@ -270,3 +270,22 @@ def test_the_substrate_holds_no_function_nothing_calls(db):
 def _query_areas() -> list[str]:
     folder = ROOT / "awa_django" / "sql" / "queries"
     return sorted(path.stem for path in folder.glob("*.sql"))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_unapplying_edit_and_retry_drops_only_its_function(reset_awa, queue):
+    ref = noop.using(queue=queue).enqueue("kept")
+    before = fingerprint()
+    try:
+        call_command("migrate", "awa_django", "0005_atomic_closures", verbosity=0)
+        assert run(installed_version()) == 5
+        assert set(before) - set(fingerprint()) == {
+            line for line in before if line.startswith("fn edit_and_retry ")
+        }
+        from awa_django import ops
+
+        assert ops.get_job(ref.id).args == ["kept"]
+    finally:
+        call_command("migrate", "awa_django", verbosity=0)
+    assert fingerprint() == before
+    assert run(installed_version()) == SCHEMA_VERSION

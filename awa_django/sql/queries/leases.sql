@@ -38,3 +38,8 @@ SELECT l.callback_id FROM awa.leases l WHERE l.job_id = %s AND l.callback_id IS 
 
 -- name: retry_job
 SELECT awa.retry_job(%s, %s)
+
+-- name: edit_and_retry
+-- New args/kwargs as JSON text (NULL: keep); see schema/0006_edit_and_retry.sql.
+SELECT e.outcome, e.old_args::text, e.old_kwargs::text
+  FROM awa.edit_and_retry(%s, %s::json, %s::json, %s) e
