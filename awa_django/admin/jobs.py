@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.http import Http404, HttpRequest, QueryDict
 from django.urls import reverse
 
 from .. import ops
@@ -24,8 +24,8 @@ from ..domain import concurrency
 from ..domain.records import JOB_STATES, JobInfo
 from ..exceptions import InvalidJob, JobNotFound
 from ..jobs import registry
-from ..models import Job
-from .audit import actor, log_change
+from . import job_actions
+from .audit import actor
 from .base import MAX_ID, ConsoleAdmin, parse_id
 
 #: Jobs per page of the browser.
@@ -33,8 +33,6 @@ PAGE_SIZE = 50
 #: States a job can be cancelled from / retried from.
 CANCELLABLE = ("available", "scheduled", "waiting", "retryable", "running", "waiting_external")
 RETRYABLE = ("failed", "cancelled")
-#: Bulk actions of the browser: name -> (verb shown, past tense).
-BULK_ACTIONS = {"retry": ("Retry", "retried"), "cancel": ("Cancel", "cancelled")}
 
 
 def pretty(value: Any) -> str:
@@ -115,6 +113,14 @@ class JobAdmin(ConsoleAdmin):
         "dlq_retry": ("deadletter",),
         "dlq_purge": ("deadletter",),
     }
+    actions = [job_actions.retry, job_actions.cancel, job_actions.move_to_dlq]
+    actions += [job_actions.dlq_retry, job_actions.dlq_purge]
+
+    def parse_key(self, text: str) -> int | None:
+        return parse_id(text)
+
+    def load_row(self, key: Any) -> JobInfo | None:
+        return ops.get_job(key)
 
     def list_context(self, request: HttpRequest) -> dict[str, Any]:
         problems: list[str] = []
@@ -176,7 +182,6 @@ class JobAdmin(ConsoleAdmin):
             "older_url": f.query(before=older) if older is not None and wanted is None else "",
             "older_is_search": older is not None and wanted is None and short,
             "newest_url": f.query(before=None) if f.before else "",
-            "bulk_actions": [(name, verb) for name, (verb, _) in BULK_ACTIONS.items()],
             "here": request.get_full_path(),
         }
 
@@ -247,51 +252,6 @@ class JobAdmin(ConsoleAdmin):
     def act_dlq_purge(self, request: HttpRequest, object_id: str) -> str:
         ops.dlq_purge(_job_id(object_id), actor=actor(request))
         return f"job {object_id} purged"
-
-    def bulk_action(self, request: HttpRequest) -> HttpResponse:
-        action = request.POST.get("action", "")
-        if action not in BULK_ACTIONS:
-            messages.error(request, "choose an action")
-            return self.back(request, self.url("changelist"))
-        ids = self.selected_ids(request)
-        if not ids:
-            messages.warning(request, "select at least one job")
-            return self.back(request, self.url("changelist"))
-        verb, past = BULK_ACTIONS[action]
-        if "confirm" not in request.POST:
-            return self.render(
-                request,
-                "confirm.html",
-                {
-                    "title": f"{verb} {len(ids)} job{'s' if len(ids) != 1 else ''}?",
-                    "question": f"{verb} {len(ids)} selected job{'s' if len(ids) != 1 else ''}?",
-                    "items": [f"job {i}" for i in ids],
-                    "hidden": [("action", action)] + [("_selected_action", i) for i in ids],
-                    "next": request.POST.get("next", ""),
-                    "post_url": self.url("action"),
-                    "verb": verb,
-                },
-            )
-        call = ops.retry_job if action == "retry" else ops.cancel_job
-        who = actor(request)
-        done: list[int] = []
-        missing = 0
-        for job_id in ids:
-            try:
-                if call(job_id, actor=who):
-                    done.append(job_id)
-            except JobNotFound:
-                missing += 1
-        log_change(request, Job, done, f"{verb} (bulk action)")
-        changed = len(done)
-        unchanged = len(ids) - changed - missing
-        note = f"{changed} job{'s' if changed != 1 else ''} {past}"
-        if unchanged:
-            note += f"; {unchanged} left as they were (state did not allow it)"
-        if missing:
-            note += f"; {missing} not found"
-        messages.success(request, note)
-        return self.back(request, self.url("changelist"))
 
 
 def _job_id(object_id: str) -> int:

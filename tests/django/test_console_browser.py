@@ -112,10 +112,10 @@ def test_operator_retries_a_dead_letter_and_sees_it_complete(browser_page, queue
     assert row.count() == 1
     shot(page, "console-dlq")
     row.locator("input.action-select").check()
-    page.select_option("select[name=action]", "retry")
+    page.select_option("select[name=action]", "dlq_retry")
     page.click("#changelist-form button[type=submit]")
     page.wait_for_selector(".awa-confirm")
-    assert "Retry 1 selected dead-letter entry?" in page.inner_text(".awa-confirm")
+    assert "Retry 1 selected dead letter?" in page.inner_text(".awa-confirm")
     page.click(".awa-confirm input[type=submit]")
     page.wait_for_selector(".messagelist")
     assert "1 dead letter retried" in page.inner_text(".messagelist")
