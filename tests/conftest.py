@@ -137,7 +137,16 @@ def reset_queue_storage() -> None:
     with psycopg.connect(conninfo(), autocommit=True) as conn:
         # A session left holding a lock is a bug in the test: fail, never hang.
         conn.execute("SET lock_timeout = '30s'")
-        conn.execute(RESET_SQL)
+        for attempt in range(3):
+            try:
+                conn.execute(RESET_SQL)
+                return
+            except psycopg.errors.DeadlockDetected:
+                # A worker the test killed leaves its backend running until its
+                # last statement ends; if that statement and the TRUNCATE lock
+                # each other, PostgreSQL aborts one side.  Try again.
+                if attempt == 2:
+                    raise
 
 
 @pytest.fixture

@@ -3,8 +3,10 @@
 Pages come from :func:`awa_django.ops.browse_jobs` (bounded work per page,
 however large the history) and the state counts from the counters the
 storage keeps (:func:`awa_django.ops.state_counts`), never from counting
-rows.  Filters: state, queue, kind, priority, tag; the search box takes a
-job id (exact lookup) or a kind.
+rows.  Filters: state, queue, kind, priority, tag and arguments (``?args=``
+with a JSON object matched against kwargs or a JSON array against args,
+see :func:`awa_django.ops.browse_jobs`); the search box takes a job id
+(exact lookup) or a kind.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ..domain import concurrency
 from ..domain.records import JOB_STATES, JobInfo
 from ..exceptions import InvalidJob, JobNotFound
 from ..jobs import registry
+from ..ops.arguments import check_args_contains
 from . import job_actions
 from .audit import actor
 from .base import MAX_ID, ConsoleAdmin, parse_id
@@ -49,6 +52,9 @@ class Filters:
     kind: str | None = None
     priority: int | None = None
     tag: str | None = None
+    #: The arguments filter as typed (JSON text); checked by the page, which
+    #: shows why it is refused instead of dropping it.
+    args: str | None = None
     q: str = ""
     before: int | None = None
 
@@ -77,6 +83,7 @@ class Filters:
             kind=text("kind"),
             priority=number("priority", 1, 4),
             tag=text("tag"),
+            args=text("args"),
             q=params.get("q", "").strip(),
             before=number("before", 1),
         )
@@ -89,6 +96,7 @@ class Filters:
             "kind": self.kind,
             "priority": self.priority,
             "tag": self.tag,
+            "args": self.args,
             "q": self.q or None,
             "before": self.before,
         }
@@ -133,7 +141,12 @@ class JobAdmin(ConsoleAdmin):
         older: int | None = None
         short = False
         wanted = _searched_id(f.q)
-        if wanted is not None:
+        args_error = _args_problem(f.args)
+        if args_error:
+            # Shown next to the field; no jobs, since an unfiltered page
+            # would look like the jobs that matched it.
+            jobs = []
+        elif wanted is not None:
             found = ops.get_job(wanted) if wanted > 0 else None
             jobs = [found] if found is not None else []
             searched = f"job id {f.q}"
@@ -148,6 +161,7 @@ class JobAdmin(ConsoleAdmin):
                     kind=kind,
                     priority=f.priority,
                     tag=f.tag,
+                    args_contains=f.args,
                     before=f.before,
                     limit=PAGE_SIZE,
                 )
@@ -170,6 +184,7 @@ class JobAdmin(ConsoleAdmin):
             "jobs": jobs,
             "filters": f,
             "searched": searched,
+            "args_error": args_error,
             "states": [(s, per_state[s], f.query(state=s, before=None)) for s in JOB_STATES],
             "all_states_url": f.query(state=None, before=None),
             "total": sum(per_state.values()),
@@ -180,6 +195,7 @@ class JobAdmin(ConsoleAdmin):
             "priorities": [(p, f.query(priority=p, before=None)) for p in (1, 2, 3, 4)],
             "all_priorities_url": f.query(priority=None, before=None),
             "older_url": f.query(before=older) if older is not None and wanted is None else "",
+            "all_args_url": f.query(args=None, before=None),
             "older_is_search": older is not None and wanted is None and short,
             "newest_url": f.query(before=None) if f.before else "",
             "here": request.get_full_path(),
@@ -259,6 +275,15 @@ def _job_id(object_id: str) -> int:
     if wanted is None:
         raise JobNotFound(f"no job with id {object_id!r:.100}")
     return wanted
+
+
+def _args_problem(args: str | None) -> str:
+    """Why the page's arguments filter is refused ("" when it is fine or absent)."""
+    try:
+        check_args_contains(args)
+    except InvalidJob as exc:
+        return str(exc)
+    return ""
 
 
 def _searched_id(q: str) -> int | None:

@@ -9,6 +9,10 @@ inside the storage.
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
+from typing import Any
+
 from ..domain.records import JOB_STATES
 from ..exceptions import InvalidJob
 
@@ -55,3 +59,83 @@ def check_limit(limit: object) -> int:
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_ID:
         raise InvalidJob(f"limit must be a positive integer (64-bit), got {limit!r:.40}")
     return limit
+
+
+#: What ``args_contains`` takes: a JSON object (matched against kwargs), a
+#: JSON array (matched against args), or the JSON text of either.
+ArgsFilter = dict[str, Any] | list[Any] | str
+
+
+@dataclass(frozen=True)
+class ArgumentMatch:
+    """An ``args_contains`` filter split onto the two argument columns, each
+    the JSON text PostgreSQL compares with ``@>`` (None: no filter on it)."""
+
+    args: str | None = None
+    kwargs: str | None = None
+
+
+def check_args_contains(value: ArgsFilter | None) -> ArgumentMatch:
+    """``value`` as the argument filter of a job search; ``InvalidJob`` naming
+    what is wrong with it (nothing is queried).
+
+    A JSON object matches the jobs whose kwargs contain every key it names
+    with a value containing the given one (``{"customer_id": 42}``); a JSON
+    array matches the jobs whose positional args contain every element it
+    lists, in any position (``[42]``).  Containment is PostgreSQL's jsonb
+    ``@>``: nested objects and arrays match by containment too.  A str is
+    read as JSON text (the console passes what the operator typed).  A
+    scalar, an empty object or array (which would match every job), text
+    that is not JSON and a filter longer than ``MAX_FILTER_LENGTH``
+    characters of JSON are refused.
+    """
+    if value is None:
+        return ArgumentMatch()
+    if isinstance(value, str):
+        _check_length(value)
+        check_text(value, "args filter")
+        try:
+            value = json.loads(value, parse_constant=_no_constant)
+        except ValueError as exc:
+            raise InvalidJob(f"args filter is not valid JSON: {exc}") from None
+    if not isinstance(value, dict | list):
+        raise InvalidJob(
+            "args filter must be a JSON object (matches kwargs) or a JSON array "
+            f"(matches args), got {type(value).__name__} {value!r:.100}"
+        )
+    if not value:
+        raise InvalidJob("args filter is empty: name at least one key or element to match")
+    _check_strings(value)
+    try:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise InvalidJob(f"args filter is not JSON: {exc}") from None
+    _check_length(text)
+    check_text(text, "args filter (as JSON)")
+    return ArgumentMatch(kwargs=text) if isinstance(value, dict) else ArgumentMatch(args=text)
+
+
+def _check_length(text: str) -> None:
+    if len(text) > MAX_FILTER_LENGTH:
+        raise InvalidJob(
+            f"args filter is too long: {len(text)} characters of JSON, at most {MAX_FILTER_LENGTH}"
+        )
+
+
+def _no_constant(name: str) -> Any:
+    """Refuse NaN and Infinity, which Python's JSON reads and PostgreSQL's refuses."""
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _check_strings(value: Any) -> None:
+    """Refuse a NUL character in any key or string: jsonb cannot store it."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise InvalidJob("args filter holds a NUL character, which no stored argument can")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_strings(key)
+            _check_strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            _check_strings(item)

@@ -16,7 +16,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 
 from ..conf import awa_settings
-from ..domain.payload import check_priority, check_queue
+from ..domain.payload import check_priority, check_queue, check_run_at
 from ..domain.records import DlqEntry
 from ..exceptions import InvalidJob, JobNotFound
 from ..storage import dlq as dlq_store
@@ -59,27 +59,35 @@ def dlq_retry(
     *,
     queue: str | None = None,
     priority: int | None = None,
+    run_at: dt.datetime | None = None,
     actor: str | None = None,
     database: str | None = None,
 ) -> None:
-    """Run a dead-lettered job again, due now, optionally on another queue or priority.
+    """Run a dead-lettered job again, optionally on another queue or priority.
 
-    The job keeps its id, arguments and error history; its attempt count and
-    run_lease start again from zero.  Raises ``JobNotFound`` when the job is
-    not in the DLQ.  ``actor``: who asked, for the audit log.
+    Without ``run_at`` (or with one that is not in the future) the job is
+    ``available`` as the call returns, and idle workers of its queue are woken;
+    with a future ``run_at`` it is ``scheduled`` for then.  The job keeps its
+    id, arguments and error history; its attempt count and run_lease start
+    again from zero.  Raises ``JobNotFound`` when the job is not in the DLQ.
+    ``actor``: who asked, for the audit log.
     """
     job_id = check_id(job_id)
     to_queue = None if queue is None else check_queue(queue)
     to_priority = None if priority is None else check_priority(priority)
+    when = check_run_at(run_at)
     with audited(
         actor,
         "dlq_retry",
         f"job {job_id}",
         job_ids=[job_id],
-        detail={"queue": to_queue, "priority": to_priority},
+        detail={"queue": to_queue, "priority": to_priority, "run_at": when},
         database=database,
     ) as action:
-        moved = run(dlq_store.retry([job_id], queue=to_queue, priority=to_priority), database)
+        moved = run(
+            dlq_store.retry([job_id], queue=to_queue, priority=to_priority, run_at=when),
+            database,
+        )
         if not moved:
             raise JobNotFound(f"job {job_id} is not in the dead-letter queue")
         action.done(1)
@@ -117,23 +125,29 @@ def dlq_retry_all(
     moved_before: dt.datetime | None = None,
     to_queue: str | None = None,
     to_priority: int | None = None,
+    run_at: dt.datetime | None = None,
     batch_size: int | None = None,
     actor: str | None = None,
     database: str | None = None,
 ) -> int:
     """Retry every dead-lettered job matching the filters; returns how many.
 
-    Works in batches of ``batch_size`` (default ``CLEANUP_BATCH_SIZE``), each
-    its own short transaction outside ``atomic()``.  With an ``actor``, one
-    audit entry records the filter and the total.
+    Each job is available at once, or scheduled for a future ``run_at``, as
+    with :func:`dlq_retry`.  Works in batches of ``batch_size`` (default
+    ``CLEANUP_BATCH_SIZE``), each its own short transaction outside
+    ``atomic()``.  With an ``actor``, one audit entry records the filter and
+    the total.
     """
     chosen = _dlq_filter(queue, kind, moved_before, batch_size)
     to_queue = None if to_queue is None else check_queue(to_queue)
     to_priority = None if to_priority is None else check_priority(to_priority)
+    when = check_run_at(run_at)
     with _audited_filter(actor, "dlq_retry_all", chosen, database) as action:
-        action.detail.update(to_queue=to_queue, to_priority=to_priority)
+        action.detail.update(to_queue=to_queue, to_priority=to_priority, run_at=when)
         count = run(
-            dlq_store.retry_matching(**chosen, to_queue=to_queue, to_priority=to_priority),
+            dlq_store.retry_matching(
+                **chosen, to_queue=to_queue, to_priority=to_priority, run_at=when
+            ),
             database,
         )
         action.done(count)

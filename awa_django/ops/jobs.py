@@ -19,7 +19,14 @@ from ..storage import dependencies as dependency_store
 from ..storage import jobs as job_store
 from ..storage import leases
 from ..storage.base import run
-from .arguments import check_id, check_limit, check_state, check_text
+from .arguments import (
+    ArgsFilter,
+    check_args_contains,
+    check_id,
+    check_limit,
+    check_state,
+    check_text,
+)
 from .audit import audited
 
 
@@ -46,15 +53,37 @@ def job_dependencies(job_id: int, *, database: str | None = None) -> JobDependen
     )
 
 
+#: Ids one :func:`browse_jobs` call searches at most (about 100 ms of work on
+#: a large history); a filter matching few jobs continues on the next page.
+BROWSE_SCAN = 65_536
+
+
 def list_jobs(
     *,
     queue: str | None = None,
     state: str | None = None,
     kind: str | None = None,
+    args_contains: ArgsFilter | None = None,
     limit: int = 100,
     database: str | None = None,
 ) -> list[JobInfo]:
-    """Jobs matching every given filter, oldest id first, at most ``limit``."""
+    """Jobs matching every given filter, oldest id first, at most ``limit``.
+
+    ``args_contains`` searches by arguments (see :func:`browse_jobs`); it
+    reads the newest ``BROWSE_SCAN`` job ids only, like one page of the job
+    browser, and returns the newest ``limit`` matches among them, oldest
+    first.  Page further back with :func:`browse_jobs`.
+    """
+    if args_contains is not None:
+        page = browse_jobs(
+            queue=queue,
+            state=state,
+            kind=kind,
+            args_contains=args_contains,
+            limit=limit,
+            database=database,
+        )
+        return page.jobs[::-1]
     if queue is not None:
         check_queue(queue)
     check_state(state)
@@ -65,11 +94,6 @@ def list_jobs(
     )
 
 
-#: Ids one :func:`browse_jobs` call searches at most (about 100 ms of work on
-#: a large history); a filter matching few jobs continues on the next page.
-BROWSE_SCAN = 65_536
-
-
 def browse_jobs(
     *,
     state: str | None = None,
@@ -77,6 +101,7 @@ def browse_jobs(
     kind: str | None = None,
     priority: int | None = None,
     tag: str | None = None,
+    args_contains: ArgsFilter | None = None,
     before: int | None = None,
     limit: int = 50,
     scan: int = BROWSE_SCAN,
@@ -84,7 +109,15 @@ def browse_jobs(
 ) -> JobPage:
     """A page of jobs matching every given filter, newest id first, with ids
     below ``before`` (None: from the newest).  Bounded work however large
-    the history: at most ``scan`` ids are searched (see :class:`~awa_django.records.JobPage`)."""
+    the history: at most ``scan`` ids are searched (see :class:`~awa_django.records.JobPage`).
+
+    ``args_contains`` keeps the jobs whose arguments contain the given JSON
+    (PostgreSQL's jsonb ``@>``): an object is matched against the job's
+    kwargs (``{"customer_id": 42}``: a kwarg ``customer_id`` equal to 42),
+    a list against its positional args (``[42]``: 42 is one of them, in any
+    position); a str is read as the JSON text of either.  A scalar, an empty
+    object or list, invalid JSON or more than 1024 characters raise
+    ``InvalidJob`` before anything is read."""
     if queue is not None:
         check_queue(queue)
     check_state(state)
@@ -94,6 +127,7 @@ def browse_jobs(
         check_id(before)
     check_text(kind, "kind")
     check_text(tag, "tag")
+    match = check_args_contains(args_contains)
     return run(
         job_store.browse(
             before=before,
@@ -104,6 +138,8 @@ def browse_jobs(
             kind=kind,
             priority=priority,
             tag=tag,
+            args=match.args,
+            kwargs=match.kwargs,
         ),
         database,
     )

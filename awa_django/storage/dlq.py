@@ -84,12 +84,29 @@ def count(
     return int(single((yield Execute.named("dlq", "dlq_count", params))))
 
 
+def _retry_statement(
+    queue: str | None, priority: int | None, run_at: dt.datetime | None
+) -> tuple[str, list[object]]:
+    """The named statement of a retry and its parameters after the ids: the
+    three-argument ``awa.dlq_retry`` (ready now, the call 0.1.0 makes) unless
+    a ``run_at`` is asked."""
+    if run_at is None:
+        return "dlq_retry", [queue, priority]
+    return "dlq_retry_at", [queue, priority, run_at]
+
+
 @operation
 def retry(
-    job_ids: Sequence[int], *, queue: str | None = None, priority: int | None = None
+    job_ids: Sequence[int],
+    *,
+    queue: str | None = None,
+    priority: int | None = None,
+    run_at: dt.datetime | None = None,
 ) -> Steps[list[int]]:
-    """Move these DLQ entries back into the queue, due now; returns the ids moved."""
-    rows = yield Execute.named("dlq", "dlq_retry", [int_array(job_ids), queue, priority])
+    """Move these DLQ entries back into the queue, available at once (or
+    scheduled for a future ``run_at``); returns the ids moved."""
+    statement, extra = _retry_statement(queue, priority, run_at)
+    rows = yield Execute.named("dlq", statement, [int_array(job_ids), *extra])
     return [job_id for (job_id,) in rows]
 
 
@@ -109,7 +126,8 @@ def _in_batches(
     extra: Sequence[object] = (),
 ) -> Steps[int]:
     """Pick matching entries ``batch_size`` at a time and apply ``statement``
-    (``dlq_retry`` or ``dlq_purge``) to each batch; returns how many it touched."""
+    (``dlq_retry``, ``dlq_retry_at`` or ``dlq_purge``) to each batch; returns
+    how many it touched."""
     total = 0
     for name in [None] if queue is None else stripes.physical_queues(queue):
         while True:
@@ -133,13 +151,11 @@ def retry_matching(
     batch_size: int = 1000,
     to_queue: str | None = None,
     to_priority: int | None = None,
+    run_at: dt.datetime | None = None,
 ) -> Steps[int]:
     """Retry every entry matching the filters, ``batch_size`` per statement; returns how many."""
-    return (
-        yield from _in_batches(
-            queue, kind, moved_before, batch_size, "dlq_retry", [to_queue, to_priority]
-        )
-    )
+    statement, extra = _retry_statement(to_queue, to_priority, run_at)
+    return (yield from _in_batches(queue, kind, moved_before, batch_size, statement, extra))
 
 
 @operation

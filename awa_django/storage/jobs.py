@@ -112,10 +112,14 @@ def job_page(
     kind: str | None = None,
     priority: int | None = None,
     tag: str | None = None,
+    args: str | None = None,
+    kwargs: str | None = None,
 ) -> Steps[list[JobInfo]]:
     """Up to ``limit`` jobs matching every given filter, newest id first, with
     ids below ``before`` and not below ``floor`` (the search bound: a filter
-    that matches few jobs reads the id range down to it, no further)."""
+    that matches few jobs reads the id range down to it, no further).
+    ``args`` / ``kwargs`` are JSON text the job's arguments must contain
+    (jsonb ``@>``)."""
     rows = yield Execute.named(
         "jobs",
         "job_page",
@@ -128,6 +132,8 @@ def job_page(
             "kind": kind,
             "priority": priority,
             "tag": tag,
+            "args": args,
+            "kwargs": kwargs,
         },
     )
     return [job_info(row) for row in rows]
@@ -144,6 +150,8 @@ def browse(
     kind: str | None = None,
     priority: int | None = None,
     tag: str | None = None,
+    args: str | None = None,
+    kwargs: str | None = None,
 ) -> Steps[JobPage]:
     """A page of :func:`job_page` that searches at most ``scan`` ids below
     ``before`` (None: from the newest job)."""
@@ -160,6 +168,8 @@ def browse(
         kind=kind,
         priority=priority,
         tag=tag,
+        args=args,
+        kwargs=kwargs,
     ).steps
     if len(jobs) == limit:
         older: int | None = jobs[-1].id

@@ -78,6 +78,18 @@ def callback_result(job_id: int, run_lease: int, callback_id: uuid.UUID) -> Step
 
 
 @operation
+def mark_wait(
+    job_id: int, run_lease: int, callback_id: uuid.UUID, waiting: bool
+) -> Steps[tuple[bool, Any]]:
+    """Mark (``waiting``) or unmark the attempt's sequential wait on
+    ``callback_id``, so it shows waiting_external while the handler blocks;
+    returns :func:`callback_result`'s answer from the same round trip."""
+    params = [job_id, run_lease, callback_id, waiting]
+    value = single((yield Execute.named("leases", "mark_callback_wait", params)))
+    return (False, None) if value is None else (True, json.loads(value))
+
+
+@operation
 def waiting_callback(job_id: int) -> Steps[uuid.UUID | None]:
     """The callback a live attempt of the job has registered, if any."""
     rows = yield Execute.named("leases", "lease_callback", [job_id])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from awa_django import Descriptor, job
+from awa_django import Descriptor, job, ops
 
 # [settings]
 AWA = {
@@ -29,3 +29,21 @@ def send_email(to: str) -> None:
 
 
 # [/job]
+
+
+# [search]
+def emails_to(address: str, *, pages: int = 10) -> list[int]:
+    """Ids of the emails sent with ``to=address``, newest first: at most
+    ``pages`` bounded searches back through the history."""
+    found: list[int] = []
+    before = None
+    for _ in range(pages):
+        page = ops.browse_jobs(args_contains={"to": address}, before=before)
+        found += [job.id for job in page.jobs]
+        if page.older is None:
+            break
+        before = page.older
+    return found
+
+
+# [/search]

@@ -347,6 +347,26 @@ def register_then_gate(ctx, timeout: float = 30.0) -> None:
     raise WaitForCallback()
 
 
+@job(kind="testapp.wait_then_gate", takes_context=True)
+def wait_then_gate(ctx, wait: float = 30.0, timeout: float = 30.0) -> object:
+    """Waits for one callback (``wait`` seconds; a timeout is recorded, not
+    raised), then holds until released; returns the callback's payload."""
+    callback_id = ctx.register_callback(timeout)
+    _record(ctx, "registered")
+    try:
+        payload = ctx.wait_for_callback(callback_id, wait)
+        _record(ctx, "resumed")
+    except TimeoutError:
+        payload = None
+        _record(ctx, "timed out")
+    deadline = time.monotonic() + timeout
+    while not Execution.objects.filter(job_id=ctx.job_id, label=RELEASE).exists():
+        if ctx.is_cancelled() or time.monotonic() > deadline:
+            raise TerminalError(f"not released within {timeout}s")
+        time.sleep(0.02)
+    return payload
+
+
 @job(kind="testapp.long_progress", takes_context=True)
 def long_progress(ctx, timeout: float = 30.0) -> str:
     """Heartbeats, reports progress, fails its first attempt; the retry sees the progress."""

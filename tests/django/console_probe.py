@@ -1,7 +1,8 @@
 """Measure the console's pages against the database named by ``DATABASE_URL``.
 
 ``python -m tests.django.console_probe fill N`` enqueues N jobs with COPY
-(``enqueue_many``) across three queues and completes a tenth of them;
+(``enqueue_many``) across three queues, each with a kwarg ``b`` (one of 100
+values) for the search by arguments, and completes a tenth of them;
 ``python -m tests.django.console_probe pages`` loads every console page as a
 superuser and prints one JSON document: per page its status, query count,
 whether any query counted rows of ``awa.jobs``, and the time it took.  Run
@@ -16,6 +17,7 @@ import os
 import re
 import sys
 import time
+from urllib.parse import urlencode
 
 import django
 
@@ -45,7 +47,7 @@ def fill(total: int) -> None:
         enqueue_many(
             [
                 plain.using(queue=f"scale-{n % 3}", priority=1 + n % 4, tags=[f"t{n % 5}"]).prepare(
-                    n
+                    n, b=n % 100
                 )
                 for n in range(start, min(start + BATCH, total))
             ]
@@ -76,6 +78,8 @@ def pages() -> None:
     client = Client()
     client.force_login(admin)
     newest = ops.browse_jobs(limit=1).jobs[0].id
+    # The args of the 20th newest job (one match, in the first id window).
+    recent = json.dumps(ops.browse_jobs(limit=20).jobs[-1].args)
     urls = [
         "/admin/awa_django/job/",
         "/admin/awa_django/job/?state=available",
@@ -84,6 +88,13 @@ def pages() -> None:
         "/admin/awa_django/job/?tag=t3",
         "/admin/awa_django/job/?kind=no.such.kind",
         f"/admin/awa_django/job/?before={newest // 2}",
+        # Search by arguments: kwargs one job in a hundred has (a full page
+        # from the first windows), one job's args, and a key no job has
+        # (the whole bounded window read, nothing found).
+        "/admin/awa_django/job/?" + urlencode({"args": '{"b": 7}'}),
+        "/admin/awa_django/job/?" + urlencode({"args": recent}),
+        "/admin/awa_django/job/?" + urlencode({"args": '{"customer_id": 42}'}),
+        "/admin/awa_django/job/?" + urlencode({"args": '{"b": 7}', "state": "completed"}),
         f"/admin/awa_django/job/?q={newest // 2}",
         f"/admin/awa_django/job/{newest // 2}/change/",
         "/admin/awa_django/deadletter/",

@@ -87,7 +87,7 @@ def test_job_actions_go_through_ops(superuser, queue):
     assert superuser.post(object_action("job", failed.id, "dlq")).status_code == 302
     assert ops.get_job(failed.id).state == "dlq"
     assert superuser.post(object_action("job", failed.id, "dlq_retry")).status_code == 302
-    assert ops.get_job(failed.id).state == "retryable"  # due now, promoted by the leader
+    assert ops.get_job(failed.id).state == "available"  # ready at once, no promotion
     assert superuser.post(object_action("job", available.id, "retry")).status_code == 302
     assert ops.get_job(available.id).state == "retryable"
     assert superuser.get(object_action("job", available.id, "cancel")).status_code == 403
@@ -131,9 +131,9 @@ def test_dlq_bulk_retry_of_everything_matching_the_filter(superuser, queue):
     superuser.post(url, {**form, "confirm": "yes", "to_priority": "1"})
     states = [ops.get_job(j.id) for j in dead]
     assert [(s.state, s.priority) for s in states] == [
-        ("retryable", 1),
+        ("available", 1),
         ("dlq", 2),
-        ("retryable", 1),
+        ("available", 1),
     ]
     superuser.post(url, {"action": "dlq_purge", "_selected_action": [dead[1].id], "confirm": "yes"})
     assert ops.get_job(dead[1].id) is None

@@ -232,11 +232,12 @@ def parked(job_id: int) -> uuid.UUID:
 
 
 def blocked(job_id: int) -> uuid.UUID:
-    """Wait until a running handler registered its callback; returns the id."""
+    """Wait until a running handler blocks waiting for its callback (the job
+    shows waiting_external); returns the callback's id."""
 
     def registered():
         info = ops.get_job(job_id)
-        return info.callback_id if info and info.state == "running" else None
+        return info.callback_id if info and info.state == "waiting_external" else None
 
     return wait_for(registered, timeout=30)
 
@@ -484,3 +485,14 @@ def test_the_capacity_settings_are_valid():
     weighted = parse_settings(capacity.WEIGHTED)[0]
     assert weighted.global_max_workers == 20 and weighted.queues["email"].weight == 2
     assert parse_settings(capacity.FLEET)[0].queues["crm"].rate_limit_scope == "fleet"
+
+
+@pytest.mark.django_db
+def test_the_console_example_finds_emails_by_their_keyword_argument():
+    to_ada = [console.send_email.enqueue(to="ada@example.com") for _ in range(2)]
+    console.send_email.enqueue(to="bob@example.com")
+    positional = console.send_email.enqueue("ada@example.com")
+    assert console.emails_to("ada@example.com") == [ref.id for ref in reversed(to_ada)]
+    # The same address passed positionally is found by a list.
+    found = ops.list_jobs(args_contains=["ada@example.com"])
+    assert [job.id for job in found] == [positional.id]

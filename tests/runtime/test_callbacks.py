@@ -13,10 +13,14 @@ import time
 import uuid
 
 import pytest
-from testapp import jobs
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+from testapp import jobs, tasks
 from testapp.models import Execution
 
 from awa_django import CallbackNotFound, JobNotFound, ops
+from awa_django.tasks import TaskResultStatus, result_of
 from tests.conftest import run_burst, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -61,11 +65,12 @@ def parked(job_id: int) -> uuid.UUID:
 
 
 def waiting(job_id: int) -> uuid.UUID:
-    """Wait until a sequential wait registered a callback; returns its id."""
+    """Wait until a handler blocks in a sequential wait (the job shows
+    waiting_external, the spec's state for it); returns the callback's id."""
 
     def ready():
         info = ops.get_job(job_id)
-        return info.callback_id if info and info.state == "running" else None
+        return info.callback_id if info and info.state == "waiting_external" else None
 
     return wait_for(ready, timeout=30)
 
@@ -176,6 +181,55 @@ def test_two_sequential_callbacks_in_one_handler(worker, queue):
     ops.resume_external(second, {"n": 2})
     wait_for(lambda: state(ref.id) == "completed")
     assert ops.get_job(ref.id).return_value == [{"n": 1}, {"n": 2}]
+
+
+def shown(job_id: int, queue: str) -> tuple[str, str, int, int]:
+    """The job's state as get_job, the Tasks backend and queue_counts show it:
+    (state, Tasks status, running count, waiting_external count)."""
+    info = ops.get_job(job_id)
+    counts = ops.queue_counts(queue)
+    # A Django task cannot block on a callback (it has no awa JobContext), so
+    # the backend's mapping is read over this job's live info.
+    status = result_of(info, tasks.add).status
+    return info.state, status, counts["running"], counts["waiting_external"]
+
+
+def test_a_sequential_wait_shows_waiting_external_until_the_resume(worker, queue):
+    superuser = Client()
+    superuser.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
+    ref = jobs.wait_then_gate.using(queue=queue).enqueue()
+    worker(slots=1)
+    callback_id = waiting(ref.id)
+    assert shown(ref.id, queue) == ("waiting_external", TaskResultStatus.RUNNING, 0, 1)
+    assert [j.id for j in ops.list_jobs(queue=queue, state="waiting_external")] == [ref.id]
+    listed = superuser.get(
+        reverse("admin:awa_django_job_changelist") + f"?queue={queue}&state=waiting_external"
+    ).content.decode()
+    assert f"/{ref.id}/" in listed
+    detail = superuser.get(reverse("admin:awa_django_job_change", args=[ref.id]))
+    assert "waiting_external" in detail.content.decode()
+
+    # resume_external hands the payload over: the same attempt runs on.
+    ops.resume_external(callback_id, {"answer": 42})
+    wait_for(lambda: "resumed" in labels(ref.id))
+    assert shown(ref.id, queue) == ("running", TaskResultStatus.RUNNING, 1, 0)
+    info = ops.get_job(ref.id)
+    assert (info.attempt, info.callback_id) == (1, None)
+    Execution.objects.create(job_id=ref.id, label=jobs.RELEASE, attempt=0, run_lease=0)
+    wait_for(lambda: state(ref.id) == "completed")
+    assert ops.get_job(ref.id).return_value == {"answer": 42}
+
+
+def test_a_sequential_wait_that_times_out_shows_running_again(worker, queue):
+    ref = jobs.wait_then_gate.using(queue=queue).enqueue(wait=3.0)
+    worker(slots=1)
+    callback_id = waiting(ref.id)
+    wait_for(lambda: "timed out" in labels(ref.id))
+    # The handler went on without the payload: running, the callback still open.
+    assert shown(ref.id, queue) == ("running", TaskResultStatus.RUNNING, 1, 0)
+    assert ops.get_job(ref.id).callback_id == callback_id
+    Execution.objects.create(job_id=ref.id, label=jobs.RELEASE, attempt=0, run_lease=0)
+    wait_for(lambda: state(ref.id) == "completed")
 
 
 def test_an_async_sequential_wait(worker, queue):

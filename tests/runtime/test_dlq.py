@@ -13,10 +13,10 @@ from django.test import override_settings
 from testapp import jobs
 from testapp.models import Execution
 
-from awa_django import JobNotFound, ops
+from awa_django import InvalidJob, JobNotFound, ops
 from awa_django.storage import maintenance
 from awa_django.storage.base import run
-from tests.conftest import run_burst
+from tests.conftest import run_burst, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -90,9 +90,53 @@ def test_bulk_retry_and_purge_by_filter_in_batches(queue):
     later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=60)
     assert ops.dlq_retry_all(queue=queue, moved_before=later, batch_size=3) == 7
     assert ops.dlq_list(queue=queue) == []
-    assert {ops.get_job(i).state for i in ids} <= {"retryable", "available"}
+    assert {ops.get_job(i).state for i in ids} == {"available"}
     earlier = dt.datetime.now(dt.UTC) - dt.timedelta(days=1)
     assert ops.dlq_retry_all(queue=queue, moved_before=earlier) == 0
+
+
+def test_a_retry_is_available_at_once_and_wakes_an_idle_worker(queue, start_worker):
+    """No leader and no promotion: the retried job is ready as the call
+    returns, and the NOTIFY of its placement wakes a worker whose poll
+    interval is far longer than the test waits."""
+    first, second = dead_letter(queue, 2)
+    release(first)
+    release(second)
+    ops.dlq_retry(first)  # no worker, no maintenance anywhere
+    info = ops.get_job(first)
+    assert (info.state, info.attempt, info.run_lease) == ("available", 0, 0)
+    counts = ops.queue_counts(queue)
+    assert (counts["available"], counts["retryable"], counts["dlq"]) == (1, 0, 1)
+
+    env = {"AWA_SETTINGS_JSON": json.dumps({"QUEUES": {queue: {"poll_interval": 600}}})}
+    start_worker("--queue", f"{queue}:1", "--no-maintenance", env=env)
+    wait_for(lambda: ops.get_job(first).state == "completed")  # claimed at start-up
+    info = ops.get_job(first)
+    assert (info.attempt, info.run_lease, info.return_value) == (1, 1, "fixed on attempt 1")
+
+    ops.dlq_retry(second)  # the worker is idle now: only the NOTIFY can wake it in time
+    wait_for(lambda: ops.get_job(second).state == "completed", timeout=30)
+
+
+def test_a_retry_with_a_run_at(queue):
+    later, earlier = dead_letter(queue, 2)
+    at = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    ops.dlq_retry(later, run_at=at)
+    info = ops.get_job(later)
+    assert (info.state, info.run_at, info.attempt, info.run_lease) == ("scheduled", at, 0, 0)
+    ops.dlq_retry(earlier, run_at=dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1))
+    assert ops.get_job(earlier).state == "available"
+    counts = ops.queue_counts(queue)
+    assert (counts["scheduled"], counts["available"], counts["dlq"]) == (1, 1, 0)
+    with pytest.raises(InvalidJob):
+        ops.dlq_retry(later, run_at=dt.datetime(2030, 1, 1))  # naive: refused
+
+
+def test_a_bulk_retry_with_a_run_at_schedules_every_job(queue):
+    ids = dead_letter(queue, 3)
+    at = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    assert ops.dlq_retry_all(queue=queue, run_at=at, batch_size=2) == 3
+    assert {(ops.get_job(i).state, ops.get_job(i).run_at) for i in ids} == {("scheduled", at)}
 
 
 def test_move_failed_to_dlq(queue):

@@ -22,7 +22,7 @@ from awa_django.conf import parse_settings
 from awa_django.domain.payload import check_queue
 from awa_django.domain.stripes import Rotation, logical_queue, physical_queues, route, stripe_index
 from awa_django.storage import SyncRunner
-from awa_django.storage.attempts import claim, close_attempts, promote_due
+from awa_django.storage.attempts import claim, close_attempts
 from awa_django.testing import drain
 from tests.conftest import ROOT
 from tests.factories import TEST_RUNTIME, closure_for
@@ -201,12 +201,15 @@ def test_drain_shards_and_dead_letters_cover_every_stripe(striped, queue):
     [entry] = ops.dlq_list(queue=queue)
     assert (entry.job_id, entry.queue) == (ref.id, queue)
     assert ops.dlq_count(queue=queue) == 1
-    ops.dlq_retry(ref.id, queue=queue)  # written to the logical queue itself, unrouted
+    ops.dlq_retry(ref.id, queue=queue)  # placed on the logical queue itself, unrouted
     assert ops.queue_counts(queue)["dlq"] == 0
     with connection.cursor() as cursor:
-        cursor.execute("SELECT queue FROM awa.deferred_jobs WHERE job_id = %s", [ref.id])
-        assert cursor.fetchone() == (queue,)
-    SyncRunner()(promote_due(100))
+        cursor.execute(
+            "SELECT (SELECT count(*) FROM awa.ready_entries WHERE job_id = %s AND queue = %s),"
+            " (SELECT count(*) FROM awa.deferred_jobs WHERE job_id = %s)",
+            [ref.id, queue, ref.id],
+        )
+        assert cursor.fetchone() == (1, 0)  # ready at once, never deferred
     assert [job.job_id for job in claim_all(queue)] == [ref.id]  # claimed with the stripes
 
 

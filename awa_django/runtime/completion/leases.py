@@ -178,12 +178,14 @@ class AttemptLease:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         event = self._hub.open_wait(callback_id)
+        job_id, run_lease = self.job.job_id, self.job.run_lease
+        # The first look marks the wait (the job shows waiting_external until
+        # the resume spends the callback); later polls only read.
+        look = leases.mark_wait(job_id, run_lease, callback_id, True)
         try:
             while True:
                 event.clear()
-                found, payload = await self._hub.run(
-                    leases.callback_result(self.job.job_id, self.job.run_lease, callback_id)
-                )
+                found, payload = await self._hub.run(look)
                 if found:
                     self.callback_id = None
                     return payload
@@ -191,7 +193,16 @@ class AttemptLease:
                     raise Cancel("the attempt was closed while waiting for its callback")
                 left = deadline - loop.time()
                 if left <= 0:
+                    # The handler goes on without the payload: unmark, and
+                    # take a resume that came at the last moment.
+                    found, payload = await self._hub.run(
+                        leases.mark_wait(job_id, run_lease, callback_id, False)
+                    )
+                    if found:
+                        self.callback_id = None
+                        return payload
                     raise TimeoutError(f"callback {callback_id} not resumed within {timeout}s")
+                look = leases.callback_result(job_id, run_lease, callback_id)
                 try:
                     await asyncio.wait_for(event.wait(), timeout=min(left, WAIT_POLL))
                 except TimeoutError:

@@ -11,7 +11,12 @@ SELECT job_id, kind, queue, priority, args::text, kwargs::text, metadata::text, 
  LIMIT %(limit)s
 
 -- name: dlq_retry
+-- Ready now.
 SELECT awa.dlq_retry(%s::bigint[], %s, %s::smallint)
+
+-- name: dlq_retry_at
+-- Scheduled for a run_at (ready now when it is not in the future).
+SELECT awa.dlq_retry_at(%s::bigint[], %s, %s::smallint, %s::timestamptz)
 
 -- name: dlq_purge
 SELECT awa.dlq_purge(%s::bigint[])

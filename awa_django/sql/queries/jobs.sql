@@ -29,11 +29,13 @@ SELECT state, sum(n)::bigint FROM awa.state_counts(%(queues)s::text[]) GROUP BY 
 SELECT queue, state, n FROM awa.state_counts(NULL) WHERE n <> 0
 
 -- name: job_page
+-- args / kwargs: JSON text the job's arguments must contain (NULL: any).
 SELECT id, kind, queue, priority, state, attempt, max_attempts, run_lease,
        args::text, kwargs::text, metadata::text, tags, errors::text, progress::text,
        return_value::text, created_at, run_at, attempted_at, finalized_at
-  FROM awa.job_page(%(before)s, %(floor)s, %(limit)s, %(state)s, %(queues)s::text[],
-                       %(kind)s, %(priority)s::smallint, %(tag)s)
+  FROM awa.job_page_matching(%(before)s, %(floor)s, %(limit)s, %(state)s,
+                             %(queues)s::text[], %(kind)s, %(priority)s::smallint, %(tag)s,
+                             %(args)s::jsonb, %(kwargs)s::jsonb)
 
 -- name: job_states
 SELECT id, state FROM awa.jobs WHERE queue = ANY (%(queues)s::text[]) ORDER BY id

@@ -21,6 +21,10 @@ SELECT (s.callback_result -> 'payload')::text
   FROM awa.attempt_state s
  WHERE s.job_id = %s AND s.run_lease = %s AND s.callback_result ->> 'callback_id' = %s
 
+-- name: mark_callback_wait
+-- Enter (true) or leave (false) a sequential wait; the payload if resumed.
+SELECT awa.mark_callback_wait(%s, %s, %s, %s)
+
 -- name: resolve_callback
 SELECT awa.resolve_callback(%s, %s, %s, %s, %s, %s::text[], %s::text[])
 

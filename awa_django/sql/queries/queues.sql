@@ -59,7 +59,8 @@ SELECT sampled_at, queue, counts::text
 -- one is in the first segment past the cursor (one probe of
 -- ready_segments_lane_idx, as the claim makes).  Scheduled counts the
 -- deferred jobs (scheduled and waiting to retry); running counts open
--- receipts and running leases, as awa.queue_state_counts does.
+-- receipts and running leases (a sequential wait is waiting_external), as
+-- awa.queue_state_counts does.
 WITH lanes AS MATERIALIZED (  -- each lane probed once
     SELECT h.queue,
            e.next_seq - h.claim_seq - (
@@ -89,7 +90,10 @@ WITH lanes AS MATERIALIZED (  -- each lane probed once
       FROM awa.lease_claim_batches b
      GROUP BY b.queue
 ), leased AS (
-    SELECT l.queue, count(*) AS n FROM awa.leases l WHERE l.state = 'running' GROUP BY l.queue
+    SELECT l.queue, count(*) AS n
+      FROM awa.leases l
+     WHERE awa.lease_state(l.state, l.callback_id, l.waiting_for) = 'running'
+     GROUP BY l.queue
 ), names AS (
     SELECT queue FROM awa.queue_enqueue_heads
     UNION SELECT queue FROM awa.queue_meta

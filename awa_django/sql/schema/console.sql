@@ -11,9 +11,10 @@
 -- arrays.  awa.job_window(lo, hi) returns the rows of awa.jobs with ids in
 -- [lo, hi], each branch through an index: the BRIN on ready rows, the
 -- btrees of the row planes, and an expression index on each batch's
--- highest id (awa.max_id: one entry per batch, not per job).  awa.job_page
--- walks windows down from the newest id, four times wider each step, until
--- it has a page.
+-- highest id (awa.max_id: one entry per batch, not per job).
+-- awa.job_page_matching walks windows down from the newest id, four times
+-- wider each step, until it has a page; its filters (the search by
+-- arguments included) apply to the rows of each window.
 --
 -- Counts from what the storage keeps.  The state counts take each state
 -- from its cheapest exact source -- available from the segments beyond
@@ -26,6 +27,12 @@
 -- The views (awa.jobs, awa.terminal_jobs) read every plane: the read side
 -- of an append-only store.  A terminal row superseded by a retry or a DLQ
 -- move (awa.done_supersessions) is hidden.
+
+-- Schema version 4 added awa.job_page_matching; migration 0004_args_search
+-- runs this file again, so it takes the substrate's lock itself.
+SET LOCAL client_min_messages = warning;
+SELECT pg_advisory_xact_lock(hashtext('awa_django.substrate'));
+UPDATE awa.substrate_info SET schema_version = GREATEST(schema_version, 4);
 
 -- ---------------------------------------------------------------------------
 -- Descriptors
@@ -221,7 +228,8 @@ LANGUAGE sql STABLE AS $$
                         WHERE y.batch_id = c.batch_id AND y.claim_slot = c.claim_slot
                           AND c.item = ANY (y.items))
     UNION ALL
-    SELECT l.job_id, r.kind, l.queue, l.state, l.effective_priority, l.attempt, r.max_attempts,
+    SELECT l.job_id, r.kind, l.queue, awa.lease_state(l.state, l.callback_id, l.waiting_for),
+           l.effective_priority, l.attempt, r.max_attempts,
            l.run_lease, r.args, r.kwargs, r.metadata, r.tags, r.errors,
            COALESCE(s.progress, r.progress), NULL::json, r.created_at, r.run_at, l.claimed_at,
            NULL::timestamptz
@@ -317,10 +325,10 @@ LANGUAGE sql STABLE AS $$
          WHERE p_queues IS NULL OR b.queue = ANY (p_queues)
          GROUP BY b.queue
         UNION ALL
-        SELECT l.queue, l.state, count(*)
+        SELECT l.queue, awa.lease_state(l.state, l.callback_id, l.waiting_for), count(*)
           FROM awa.leases l
          WHERE p_queues IS NULL OR l.queue = ANY (p_queues)
-         GROUP BY l.queue, l.state
+         GROUP BY 1, 2
         UNION ALL
         SELECT d.queue, d.state, count(*)
           FROM awa.deferred_jobs d
@@ -381,10 +389,17 @@ BEGIN
 END
 $$;
 
--- awa.job_page filtering by any of p_queues (NULL: every queue).
-CREATE OR REPLACE FUNCTION awa.job_page(
+-- One page of awa.jobs for the console's browser, newest id first: ids below
+-- p_before (NULL: from the newest) and not below p_floor, every filter
+-- applied.  p_queues: any of these queues (NULL: every queue).  p_args and
+-- p_kwargs are jsonb containment on the job's arguments (args @> p_args,
+-- kwargs @> p_kwargs; NULL: no filter): the search by arguments of
+-- ops.browse_jobs, bounded by the same id windows as every other filter,
+-- each window read through job_window's indexes and the arguments of its
+-- rows compared there, never by scanning the history.
+CREATE OR REPLACE FUNCTION awa.job_page_matching(
     p_before bigint, p_floor bigint, p_limit integer, p_state text, p_queues text[],
-    p_kind text, p_priority smallint, p_tag text)
+    p_kind text, p_priority smallint, p_tag text, p_args jsonb, p_kwargs jsonb)
 RETURNS TABLE (id bigint, kind text, queue text, state text, priority smallint,
                attempt smallint, max_attempts smallint, run_lease bigint, args json,
                kwargs json, metadata jsonb, tags text[], errors jsonb, progress jsonb,
@@ -415,6 +430,8 @@ BEGIN
                AND (p_kind IS NULL OR j.kind = p_kind)
                AND (p_priority IS NULL OR j.priority = p_priority)
                AND (p_tag IS NULL OR p_tag = ANY (j.tags))
+               AND (p_args IS NULL OR j.args::jsonb @> p_args)
+               AND (p_kwargs IS NULL OR j.kwargs::jsonb @> p_kwargs)
              ORDER BY j.id DESC
              LIMIT p_limit - v_found;
         GET DIAGNOSTICS v_n = ROW_COUNT;
@@ -422,6 +439,25 @@ BEGIN
         v_hi := v_lo - 1;
         v_span := v_span * 4;
     END LOOP;
+END
+$$;
+
+-- The 0.1.0 console's page (no argument filter).  Kept for one release so a
+-- web process of 0.1.0 keeps working during a rolling deploy; since schema
+-- version 2 it is awa.job_page_matching without the argument filters.
+CREATE OR REPLACE FUNCTION awa.job_page(
+    p_before bigint, p_floor bigint, p_limit integer, p_state text, p_queues text[],
+    p_kind text, p_priority smallint, p_tag text)
+RETURNS TABLE (id bigint, kind text, queue text, state text, priority smallint,
+               attempt smallint, max_attempts smallint, run_lease bigint, args json,
+               kwargs json, metadata jsonb, tags text[], errors jsonb, progress jsonb,
+               return_value json, created_at timestamptz, run_at timestamptz,
+               attempted_at timestamptz, finalized_at timestamptz)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN QUERY
+        SELECT m.* FROM awa.job_page_matching(p_before, p_floor, p_limit, p_state, p_queues,
+                                              p_kind, p_priority, p_tag, NULL, NULL) m;
 END
 $$;
 
@@ -513,7 +549,8 @@ SELECT c.job_id, r.kind, c.queue, 'running'::text, c.effective_priority,
    AND r.shard = c.shard AND r.lane_seq = c.lane_seq
   LEFT JOIN awa.attempt_state s ON s.job_id = c.job_id AND s.run_lease = c.run_lease
 UNION ALL
-SELECT l.job_id, r.kind, l.queue, l.state, l.effective_priority, l.attempt, r.max_attempts,
+SELECT l.job_id, r.kind, l.queue, awa.lease_state(l.state, l.callback_id, l.waiting_for),
+       l.effective_priority, l.attempt, r.max_attempts,
        l.run_lease, r.args, r.kwargs, r.metadata, r.tags, r.errors,
        COALESCE(s.progress, r.progress), NULL::json, r.created_at, r.run_at, l.claimed_at,
        NULL::timestamptz

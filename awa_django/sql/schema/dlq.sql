@@ -2,8 +2,11 @@
 --
 -- dlq_entries is a hold table (deleting rows is its normal life, as for
 -- deferred_jobs), so retry and purge are one DELETE ... RETURNING each.  A
--- retry moves the row into deferred_jobs, due now, keeping the job id and
--- resetting attempt and run_lease; promotion places it in its lane.  The
+-- retry keeps the job id and resets attempt and run_lease.  Due now, it is
+-- placed in its lane at once (awa.place_deferred, as promotion places a due
+-- deferred row, which notifies the queue's channel): it is available as the
+-- retry commits, with no wait for the leader's promotion tick.  With a later
+-- run_at it goes to deferred_jobs as scheduled, and promotion places it.  The
 -- bulk forms take a bounded batch by filter with SKIP LOCKED, so two
 -- operators (or an operator and retention cleanup) never wait for each
 -- other and the caller loops batch by batch.
@@ -12,22 +15,64 @@
 -- row is superseded (awa.supersede_terminal, as awa.retry_job does) and its
 -- snapshot written to dlq_entries.
 
--- Move DLQ rows back into the queue, due now; p_queue / p_priority (NULL:
--- unchanged) send them elsewhere.  Returns the ids moved.
+-- Move DLQ rows back into the queue: ready now when p_run_at is NULL or not
+-- in the future, else scheduled for p_run_at; p_queue / p_priority (NULL:
+-- unchanged) send them elsewhere.  Returns the ids moved.  The rows are
+-- built field by field, so the deferred_jobs column order does not matter.
+CREATE OR REPLACE FUNCTION awa.dlq_retry_at(
+    p_job_ids bigint[], p_queue text, p_priority smallint, p_run_at timestamptz)
+RETURNS SETOF bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_later constant boolean := p_run_at IS NOT NULL AND p_run_at > clock_timestamp();
+    v_entry awa.dlq_entries;
+    v_row   awa.deferred_jobs;
+    v_rows  awa.deferred_jobs[] := '{}';
+BEGIN
+    FOR v_entry IN
+        WITH moved AS (
+            DELETE FROM awa.dlq_entries q WHERE q.job_id = ANY (p_job_ids) RETURNING q.*
+        )
+        SELECT * FROM moved ORDER BY moved.job_id
+    LOOP
+        v_row.job_id := v_entry.job_id;
+        v_row.state := 'scheduled';  -- kept only when it waits for p_run_at
+        v_row.queue := COALESCE(p_queue, v_entry.queue);
+        v_row.priority := COALESCE(p_priority, v_entry.priority);
+        v_row.kind := v_entry.kind;
+        v_row.args := v_entry.args;
+        v_row.kwargs := v_entry.kwargs;
+        v_row.metadata := v_entry.metadata;
+        v_row.tags := v_entry.tags;
+        v_row.attempt := 0;
+        v_row.max_attempts := v_entry.max_attempts;
+        v_row.run_lease := 0;
+        v_row.ordering_key := v_entry.ordering_key;
+        v_row.errors := v_entry.errors;
+        v_row.progress := v_entry.progress;
+        v_row.created_at := v_entry.created_at;
+        v_row.run_at := COALESCE(p_run_at, clock_timestamp());
+        v_row.attempted_at := v_entry.attempted_at;
+        v_rows := v_rows || v_row;
+    END LOOP;
+    IF cardinality(v_rows) = 0 THEN
+        RETURN;
+    ELSIF v_later THEN
+        INSERT INTO awa.deferred_jobs SELECT * FROM unnest(v_rows);
+    ELSE
+        PERFORM awa.place_deferred(v_rows);
+    END IF;
+    RETURN QUERY SELECT r.job_id FROM unnest(v_rows) AS r;
+END
+$$;
+
+-- Move DLQ rows back into the queue, ready now; p_queue / p_priority (NULL:
+-- unchanged) send them elsewhere.  Returns the ids moved.  (Before substrate
+-- 2 the rows waited in deferred_jobs for the promotion tick.)
 CREATE OR REPLACE FUNCTION awa.dlq_retry(p_job_ids bigint[], p_queue text, p_priority smallint)
 RETURNS SETOF bigint
 LANGUAGE sql AS $$
-    WITH moved AS (
-        DELETE FROM awa.dlq_entries q WHERE q.job_id = ANY (p_job_ids) RETURNING q.*
-    )
-    INSERT INTO awa.deferred_jobs (job_id, state, queue, priority, kind, args, kwargs, metadata,
-                                   tags, attempt, max_attempts, run_lease, ordering_key, errors,
-                                   progress, created_at, run_at, attempted_at)
-    SELECT m.job_id, 'retryable', COALESCE(p_queue, m.queue), COALESCE(p_priority, m.priority),
-           m.kind, m.args, m.kwargs, m.metadata, m.tags, 0, m.max_attempts, 0, m.ordering_key,
-           m.errors, m.progress, m.created_at, clock_timestamp(), m.attempted_at
-      FROM moved m
-    RETURNING job_id
+    SELECT awa.dlq_retry_at(p_job_ids, p_queue, p_priority, NULL)
 $$;
 
 CREATE OR REPLACE FUNCTION awa.dlq_purge(p_job_ids bigint[]) RETURNS SETOF bigint

@@ -18,6 +18,39 @@
 -- narrow terminal row, a deferred row for a retry, a dead-letter row).
 -- External callbacks (awa.resolve_callback) and the rescue of stale,
 -- expired and timed-out leases go through it.
+--
+-- A sequential wait (ctx.wait_for_callback) keeps the lease 'running': its
+-- handler is still there, heartbeats it and takes the payload of a resume.
+-- What the spec calls waiting_external for it is shown, not stored as the
+-- state: the wait marks the callback it blocks on (waiting_for, set by
+-- awa.mark_callback_wait in the same round trip as its first look for the
+-- payload), and awa.lease_state reads a lease whose waiting_for is its
+-- registered callback as waiting_external.  The resume spends the callback
+-- (callback_id NULL), so the same row reads running again with no second
+-- write; a callback registered but not yet waited on reads running.  The
+-- lease is the one mutable execution table, so the mark is an UPDATE of a
+-- row that heartbeats already update (no indexed column: a HOT update),
+-- never a write on the hot append-only tables.
+
+-- Added by substrate 3 (migration 0003_dlq_retry_ready re-runs this file):
+-- taken here, first, like rings.sql for 0001, so two migrate runs serialise.
+SET LOCAL client_min_messages = warning;
+SELECT pg_advisory_xact_lock(hashtext('awa_django.substrate'));
+-- Substrate 3: the sequential wait's mark below, and awa.dlq_retry placing
+-- retried jobs ready at once (dlq.sql).
+UPDATE awa.substrate_info SET schema_version = GREATEST(schema_version, 3);
+
+-- The callback a sequential wait blocks on (see the header).  Added after
+-- the table, not in rings.sql's CREATE TABLE, so a fresh install and a
+-- migrated one have the same columns in the same order.
+ALTER TABLE awa.leases ADD COLUMN IF NOT EXISTS waiting_for uuid;
+
+-- The state a lease is shown in (awa.jobs, awa.job_window, the counts).
+CREATE OR REPLACE FUNCTION awa.lease_state(p_state text, p_callback_id uuid, p_waiting_for uuid)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN p_waiting_for = p_callback_id THEN 'waiting_external' ELSE p_state END
+$$;
 
 -- Escalate an open receipt to a lease (or update the lease it already has).
 -- p_callback_id registers a callback that times out after p_callback_timeout.
@@ -97,6 +130,29 @@ BEGIN
     END IF;
     RETURN true;
 END
+$$;
+
+-- A handler enters (p_waiting) or leaves a sequential wait on p_callback_id:
+-- mark or unmark its running lease, and return the payload a resume handed
+-- to that callback (JSON text; 'null' for a null payload), or NULL when none
+-- came yet.  One round trip: the wait's first look for the payload marks it,
+-- and a wait that times out unmarks and looks one last time.  A resume that
+-- came first spent the callback, so nothing is marked.
+CREATE OR REPLACE FUNCTION awa.mark_callback_wait(
+    p_job_id bigint, p_run_lease bigint, p_callback_id uuid, p_waiting boolean)
+RETURNS text
+LANGUAGE sql AS $$
+    WITH marked AS (
+        UPDATE awa.leases l
+           SET waiting_for = CASE WHEN p_waiting THEN p_callback_id END
+         WHERE l.job_id = p_job_id AND l.run_lease = p_run_lease
+           AND l.callback_id = p_callback_id AND l.state = 'running'
+        RETURNING 1
+    )
+    SELECT (s.callback_result -> 'payload')::text
+      FROM awa.attempt_state s
+     WHERE s.job_id = p_job_id AND s.run_lease = p_run_lease
+       AND s.callback_result ->> 'callback_id' = p_callback_id::text
 $$;
 
 -- Close leased attempts; the closure arrays of awa.close_attempts minus the
