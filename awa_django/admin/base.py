@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ImproperlyConfigured, PermissionDenied, ValidationError
 from django.db import DatabaseError, models
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -300,6 +300,54 @@ class ConsoleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         ):
             return self.back(request, self.url("changelist"))
         return response
+
+    # --- filters -------------------------------------------------------------
+
+    #: Query parameters the page's paging applies (a filter must name one).
+    filter_parameters: tuple[str, ...] = ()
+    #: Filters whose choices open their sidebar section even when unused.
+    open_filters: tuple[str, ...] = ()
+
+    def filter_choices(self, name: str, request: HttpRequest) -> list[tuple[Any, str]]:
+        """``(value, label)`` choices of the filter on ``name`` (see :mod:`.filters`)."""
+        return []
+
+    def sidebar(
+        self, request: HttpRequest, query: Callable[..., str], current: Mapping[str, Any]
+    ) -> list[dict[str, Any]]:
+        """The sidebar of ``get_list_filter(request)``: ``query(**changes)`` builds a
+        link with one parameter changed, ``current`` holds the values in use."""
+        sections = []
+        for declared in self.get_list_filter(request):
+            if not (isinstance(declared, type) and issubclass(declared, admin.SimpleListFilter)):
+                raise ImproperlyConfigured(
+                    f"{type(self).__name__}.list_filter: the console takes SimpleListFilter "
+                    f"classes (see awa_django.admin.filters), not {declared!r}"
+                )
+            spec = declared(request, {}, self.model, self)
+            name = str(spec.parameter_name)
+            if name not in self.filter_parameters:
+                raise ImproperlyConfigured(
+                    f"{type(self).__name__}: filter {declared.__name__} names {name!r}, "
+                    f"which this page's paging does not apply ({', '.join(self.filter_parameters)})"
+                )
+            value = current.get(name)
+            sections.append(
+                {
+                    "title": spec.title,
+                    "parameter": name,
+                    "value": value,
+                    "free_text": getattr(spec, "free_text", False),
+                    "open": value is not None or name in self.open_filters,
+                    "all_url": query(**{name: None, "before": None}),
+                    "choices": [
+                        (label, query(**{name: key, "before": None}), str(key) == str(value))
+                        for key, label in spec.lookup_choices
+                    ],
+                    "keep": [(k, v) for k, v in current.items() if v is not None and k != name],
+                }
+            )
+        return sections
 
     def selection_filters(self, request: HttpRequest) -> dict[str, Any]:
         """The page's filter as POSTed with an action (for ``across`` actions)."""

@@ -20,6 +20,7 @@ from ..exceptions import InvalidJob
 from ..models import Job
 from . import job_actions
 from .base import ConsoleAdmin, parse_id
+from .filters import KindFilter, QueueFilter
 
 #: Entries shown (newest moved first); the filter narrows, bulk actions
 #: "on everything matching" reach past it.
@@ -36,6 +37,16 @@ class DeadLetterAdmin(ConsoleAdmin):
         job_actions.dlq_retry_all,
         job_actions.dlq_purge_all,
     ]
+    list_filter = (QueueFilter, KindFilter)
+    filter_parameters = ("queue", "kind")
+    open_filters = ("queue", "kind")
+
+    def filter_choices(self, name: str, request: HttpRequest) -> list[tuple[Any, str]]:
+        """Queues and kinds of the most recent dead letters (and the one in use)."""
+        every = getattr(request, "_awa_recent_dlq", [])
+        chosen = request.GET.get(name, "").strip()
+        values = {getattr(e, name) for e in every} | ({chosen} if chosen else set())
+        return [(v, v) for v in sorted(values)]
 
     def list_context(self, request: HttpRequest) -> dict[str, Any]:
         queue = request.GET.get("queue", "").strip() or None
@@ -48,15 +59,21 @@ class DeadLetterAdmin(ConsoleAdmin):
             queue = kind = None
             entries = ops.dlq_list(limit=PAGE_SIZE)
             matching = ops.dlq_count()
-        every = ops.dlq_list(limit=PAGE_SIZE) if queue or kind else entries
+        request._awa_recent_dlq = (  # type: ignore[attr-defined]
+            ops.dlq_list(limit=PAGE_SIZE) if queue or kind else entries
+        )
+
+        def query(**changes: Any) -> str:
+            values = {"queue": queue, "kind": kind, **changes}
+            return "?" + urlencode({k: v for k, v in values.items() if v and k != "before"})
+
         return {
             "title": "Dead letters",
             "entries": [(e, (e.errors[-1] if e.errors else {})) for e in entries],
             "matching": matching,
             "queue": queue,
             "kind": kind,
-            "queues": sorted({e.queue for e in every} | ({queue} if queue else set())),
-            "kinds": sorted({e.kind for e in every} | ({kind} if kind else set())),
+            "sidebar": self.sidebar(request, query, {"queue": queue, "kind": kind}),
             "here": request.get_full_path(),
             "filter_query": urlencode({k: v for k, v in (("queue", queue), ("kind", kind)) if v}),
         }

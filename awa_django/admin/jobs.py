@@ -30,6 +30,7 @@ from ..ops.arguments import check_args_contains
 from . import job_actions
 from .audit import actor
 from .base import MAX_ID, ConsoleAdmin, parse_id
+from .filters import KindFilter, PriorityFilter, QueueFilter, StateFilter, TagFilter
 
 #: Jobs per page of the browser.
 PAGE_SIZE = 50
@@ -123,6 +124,43 @@ class JobAdmin(ConsoleAdmin):
     }
     actions = [job_actions.retry, job_actions.cancel, job_actions.move_to_dlq]
     actions += [job_actions.dlq_retry, job_actions.dlq_purge]
+    list_filter = (StateFilter, QueueFilter, PriorityFilter, KindFilter, TagFilter)
+    # The search box: a job id (exact) or a kind.
+    search_fields = ("=id", "kind")
+    filter_parameters = ("state", "queue", "kind", "priority", "tag")
+    open_filters = ("state", "queue", "priority")
+
+    def filter_choices(self, name: str, request: HttpRequest) -> list[tuple[Any, str]]:
+        if name == "state":
+            per_state = self._per_state(request)
+            return [(s, f"{s} ({per_state[s]})") for s in JOB_STATES]
+        if name == "queue":
+            counts = self._counts(request)
+            return [(q, q) for q in sorted(set(counts) | set(awa_settings().queues))]
+        if name == "kind":
+            known = set(registry.kinds()) | {d.name for d in ops.list_job_kind_descriptors()}
+            return [(k, k) for k in sorted(known)]
+        if name == "priority":
+            return [(p, str(p)) for p in (1, 2, 3, 4)]
+        return []
+
+    @staticmethod
+    def _counts(request: HttpRequest) -> dict[str, dict[str, int]]:
+        """The storage's counters, read once per request."""
+        cached = getattr(request, "_awa_state_counts", None)
+        if cached is None:
+            cached = request._awa_state_counts = ops.state_counts()  # type: ignore[attr-defined]
+        return cached
+
+    def _per_state(self, request: HttpRequest) -> dict[str, int]:
+        """Jobs per state, of the filtered queue or of every queue."""
+        queue = request.GET.get("queue", "").strip() or None
+        per_state = dict.fromkeys(JOB_STATES, 0)
+        for name, states in self._counts(request).items():
+            if queue is None or name == queue:
+                for state, n in states.items():
+                    per_state[state] += n
+        return per_state
 
     def parse_key(self, text: str) -> int | None:
         return parse_id(text)
@@ -171,29 +209,22 @@ class JobAdmin(ConsoleAdmin):
                 page = ops.browse_jobs(limit=PAGE_SIZE)
             jobs, older = page.jobs, page.older
             short = older is not None and len(jobs) < PAGE_SIZE
-        counts = ops.state_counts()
-        per_state = dict.fromkeys(JOB_STATES, 0)
-        for name, states in counts.items():
-            if f.queue is None or name == f.queue:
-                for state, n in states.items():
-                    per_state[state] += n
-        queues = sorted(set(counts) | set(awa_settings().queues))
-        kinds = sorted(set(registry.kinds()) | {d.name for d in ops.list_job_kind_descriptors()})
+        current = {
+            "state": f.state,
+            "queue": f.queue,
+            "kind": f.kind,
+            "priority": f.priority,
+            "tag": f.tag,
+            "args": f.args,
+        }
         return {
             "title": "Jobs",
             "jobs": jobs,
             "filters": f,
             "searched": searched,
             "args_error": args_error,
-            "states": [(s, per_state[s], f.query(state=s, before=None)) for s in JOB_STATES],
-            "all_states_url": f.query(state=None, before=None),
-            "total": sum(per_state.values()),
-            "queues": [(q, f.query(queue=q, before=None)) for q in queues],
-            "all_queues_url": f.query(queue=None, before=None),
-            "kinds": [(k, f.query(kind=k, before=None)) for k in kinds],
-            "all_kinds_url": f.query(kind=None, before=None),
-            "priorities": [(p, f.query(priority=p, before=None)) for p in (1, 2, 3, 4)],
-            "all_priorities_url": f.query(priority=None, before=None),
+            "total": sum(self._per_state(request).values()),
+            "sidebar": self.sidebar(request, f.query, current),
             "older_url": f.query(before=older) if older is not None and wanted is None else "",
             "all_args_url": f.query(args=None, before=None),
             "older_is_search": older is not None and wanted is None and short,
