@@ -159,7 +159,7 @@ def cancel_job(
     turn true (NOTIFY, or the next heartbeat) and cannot complete it later.
     A job that already finished (completed, failed, cancelled, in the DLQ)
     is left as it is and False is returned.  Unknown ids raise
-    ``JobNotFound``.  ``actor``: who asked, for the audit log (:mod:`.audit`).
+    ``JobNotFound``.  ``actor``: who asked, for the audit log (:func:`audit_log`).
     """
     job_id = check_id(job_id)
     with audited(

@@ -157,6 +157,10 @@ def close_attempts(closures: Sequence[Closure]) -> Steps[set[tuple[int, int]]]:
     already been closed (rescued, cancelled, handed back) and nothing was
     written for it.
     """
+    return (yield from _close(closures))
+
+
+def _close(closures: Sequence[Closure]) -> Steps[set[tuple[int, int]]]:
     receipts = [c for c in closures if not c.leased]
     leased = [c for c in closures if c.leased] if len(receipts) < len(closures) else []
     won: set[tuple[int, int]] = set()
@@ -178,6 +182,35 @@ def close_attempts(closures: Sequence[Closure]) -> Steps[set[tuple[int, int]]]:
         )
         won |= _attempts(rows)
     return won
+
+
+@operation
+def complete_in_transaction(closure: Closure) -> Steps[bool]:
+    """Write a completion inside the caller's transaction (an atomic
+    handler's); True when it closed the attempt, False when it was stale.
+
+    A receipt closes through ``awa.complete_receipt``, which lets atomic
+    closes of different items of one claim batch hold their transactions
+    open side by side; a leased attempt closes through ``close_leases``, as
+    :func:`close_attempts` closes it.
+    """
+    if closure.leased:
+        won = yield from _close([closure])
+        return (closure.job_id, closure.run_lease) in won
+    rows = yield Execute.named(
+        "runtime",
+        "complete_receipt",
+        [
+            closure.claim_slot,
+            closure.batch_id,
+            closure.item,
+            closure.job_id,
+            closure.run_lease,
+            closure.claim_nonce,
+            closure.result,
+        ],
+    )
+    return bool(single(rows))
 
 
 @operation

@@ -26,8 +26,9 @@ from .base import Execute, Steps, operation, single
 # The substrate version this code needs (``awa.substrate_info``): 1 is the
 # 0.1.0 substrate installed by migration 0001_initial, 2 adds the audit log
 # (0002_audit_log), 3 marks sequential waits and places DLQ retries ready at
-# once (0003_dlq_retry_ready), 4 adds the search by arguments (0004_args_search).
-SCHEMA_VERSION = 4
+# once (0003_dlq_retry_ready), 4 adds the search by arguments (0004_args_search),
+# 5 the atomic handlers' close, awa.complete_receipt (0005_atomic_closures).
+SCHEMA_VERSION = 5
 
 
 class RunAwaSQL(migrations.RunSQL):

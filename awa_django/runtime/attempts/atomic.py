@@ -5,20 +5,24 @@ batching completer and into the handler's own transaction.  On the handler
 thread, :func:`close_in_transaction` opens ``transaction.atomic()`` on that thread's
 Django connection for the job's database (the worker's ``--database``, by
 default ``AWA["DATABASE"]``), calls the handler, and, when it returns,
-writes the attempt's closure with the same guarded statement the completer
-uses (``awa.close_attempts`` / ``awa.close_leases``) before the block
-commits.  So:
+writes the attempt's closure before the block commits: a receipt through
+``awa.complete_receipt``, the run_lease guard of ``awa.close_attempts``
+for one item, a leased attempt through ``awa.close_leases`` as the
+completer closes it.  So:
 
 * the handler's writes, the jobs it enqueued on that connection and the
   terminal row commit together, or none of them does;
-* the run_lease guard is evaluated inside the transaction.  The close locks
-  the attempt's claim batch (or its lease) and finds it already closed when
-  a rescue, a cancel or a shutdown hand-back got there first: the statement
-  then returns no row, and :func:`close_in_transaction` raises inside the block so the
-  whole transaction -- the handler's writes included -- rolls back.  The
-  attempt is counted as a stale completion, as a late plain completion is.
-  A rescuer that comes after the close waits on the batch lock until the
-  transaction ends and then sees the closure: the two never both win;
+* the run_lease guard is evaluated inside the transaction.  The close
+  shares the lock of the attempt's claim batch (or locks its lease) and
+  finds the attempt already closed when a rescue, a cancel or a shutdown
+  hand-back got there first: it then reports the attempt stale, and
+  :func:`close_in_transaction` raises inside the block so the whole
+  transaction -- the handler's writes included -- rolls back.  The attempt
+  is counted as a stale completion, as a late plain completion is.  A
+  rescuer that comes after the close waits on the batch lock until the
+  transaction ends and then sees the closure: the two never both win.
+  Atomic closes of other items of the same batch share that lock, so they
+  commit side by side instead of one after the other;
 * a worker killed during the handler leaves an uncommitted transaction that
   PostgreSQL rolls back when the connection drops; the attempt is rescued
   like any other and the next attempt starts from the committed state.
@@ -35,12 +39,12 @@ attempt, whose closure the guard rejects as stale in the rare case the
 commit did land.
 
 What an atomic job costs: each completion is its own commit on the
-handler's connection instead of a share of a batched close, and the
-transaction stays open for as long as the handler runs.  A long atomic
-handler therefore holds its locks (the lane of each job it enqueued, the
-rows it wrote) and its snapshot until it returns, and while it holds a
-snapshot the maintenance leader will not prune a ring slot sealed after the
-transaction began (``awa.ring_slot_pinned``).
+handler's connection (and its own evidence row) instead of a share of a
+batched close, and the transaction stays open for as long as the handler
+runs.  A long atomic handler therefore holds its locks (the lane of each
+job it enqueued, the rows it wrote) and its snapshot until it returns, and
+while it holds a snapshot the maintenance leader will not prune a ring slot
+sealed after the transaction began (``awa.ring_slot_pinned``).
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ from ...context import JobContext
 from ...domain.closures import completed
 from ...domain.records import ClaimedJob, Closure
 from ...jobs import Job
-from ...storage.attempts import close_attempts
+from ...storage.attempts import complete_in_transaction
 from ...storage.base import run
 from ...storage.connection import alias_for
 from ..completion.leases import is_leased
@@ -97,8 +101,7 @@ def close_in_transaction(
             closure = completed(job, value)
             if is_leased(ctx):
                 closure = replace(closure, leased=True)
-            won = run(close_attempts([closure]), alias)
-            if (job.job_id, job.run_lease) not in won:
+            if not run(complete_in_transaction(closure), alias):
                 raise _StaleAttemptError
     except _StaleAttemptError:
         return Settled(closure, applied=False)

@@ -17,6 +17,11 @@ SELECT job_id, run_lease
                           %s::timestamptz[], %s::smallint[], %s::text[], %s::text[],
                           %s::text[], %s::text[])
 
+-- name: complete_receipt
+-- An atomic handler's close, inside its transaction (close.sql).
+SELECT awa.complete_receipt(%s::smallint, %s::bigint, %s::integer, %s::bigint, %s::bigint,
+                            %s::bigint, %s::text)
+
 -- name: record_progress
 SELECT job_id, run_lease
   FROM awa.record_progress(%s::smallint[], %s::bigint[], %s::integer[], %s::bigint[],

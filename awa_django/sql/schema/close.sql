@@ -34,6 +34,23 @@
 -- job body are written by awa.write_outcomes, which the lease close
 -- (leases.sql) shares.  awa.record_progress takes the batch lock like a
 -- close, so progress is never written after its attempt closed.
+--
+-- One exception to "one closer at a time per batch": awa.complete_receipt,
+-- the close an atomic handler runs inside its own transaction (held until
+-- that transaction commits).  It shares the batch row (FOR KEY SHARE, which
+-- only FOR UPDATE conflicts with) and writes per-item evidence into
+-- lease_claim_closures, whose primary key (batch_id, item, claim_slot)
+-- keeps two closers of the same item apart.  So atomic closes of different
+-- items of one batch never wait on each other, while every other closer
+-- (FOR UPDATE) still waits for them and then sees their evidence.
+
+-- Re-run by migration 0005_atomic_closures (awa.complete_receipt); the
+-- substrate lock keeps it from interleaving with another `migrate`
+-- (rings.sql takes it for 0001).
+SET LOCAL client_min_messages = warning;
+SELECT pg_advisory_xact_lock(hashtext('awa_django.substrate'));
+-- Substrate 5: awa.complete_receipt.
+UPDATE awa.substrate_info SET schema_version = GREATEST(schema_version, 5);
 
 -- ---------------------------------------------------------------------------
 -- Closing attempts
@@ -384,6 +401,71 @@ BEGIN
          WHERE s.job_id = c.job_id AND s.run_lease = c.run_lease
     )
     SELECT c.job_id, c.run_lease FROM closed c;
+END
+$$;
+
+-- Complete one receipt inside the caller's transaction: an atomic handler's
+-- close (runtime/attempts/atomic.py), held until the handler's transaction
+-- commits.  The same guard as awa.close_attempts for one completed item,
+-- taken so that atomic closes of different items of one claim batch do not
+-- queue behind each other:
+--   1. FOR KEY SHARE on the batch row, matching job_id, run_lease and nonce:
+--      every other closer (completer flush, rescue, cancel, hand-back,
+--      materialise, progress) takes FOR UPDATE, so it waits for this
+--      transaction, and this one waits for it;
+--   2. compact evidence of the item (written by such a closer before this
+--      one got the row) is looked for in a later statement, whose snapshot
+--      is taken once the lock is held;
+--   3. the item's own evidence row, ON CONFLICT DO NOTHING: a second
+--      closer of the same item (a twin of the attempt) waits on the first's
+--      key until it ends, then finds the row and writes nothing.
+-- Evidence is per item (lease_claim_closures, outcome 'completed') rather
+-- than compact: only a unique key serialises two sharing closers.  The
+-- completion itself is a one-item receipt_completion_batches row, as a
+-- compact close writes it.  Returns whether this call closed the attempt.
+CREATE OR REPLACE FUNCTION awa.complete_receipt(
+    p_claim_slot smallint, p_batch_id bigint, p_item integer, p_job_id bigint,
+    p_run_lease bigint, p_claim_nonce bigint, p_result text)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_held record;
+BEGIN
+    -- Planned with the actual slot, so only that partition is locked.
+    PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
+    SELECT b.queue, b.claimed_at, b.attempts[p_item] AS attempt,
+           b.priorities[p_item] AS priority, b.shards[p_item] AS shard,
+           b.lane_seqs[p_item] AS lane_seq, b.ready_slots[p_item] AS ready_slot
+      INTO v_held
+      FROM awa.lease_claim_batches b
+     WHERE b.claim_slot = p_claim_slot AND b.batch_id = p_batch_id
+       AND b.job_ids[p_item] = p_job_id AND b.run_leases[p_item] = p_run_lease
+       AND b.claim_nonce IS NOT DISTINCT FROM p_claim_nonce
+       FOR KEY SHARE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF EXISTS (SELECT 1 FROM awa.lease_claim_closure_batches y
+                WHERE y.batch_id = p_batch_id AND y.claim_slot = p_claim_slot
+                  AND p_item = ANY (y.items)) THEN
+        RETURN false;
+    END IF;
+    INSERT INTO awa.lease_claim_closures (claim_slot, batch_id, item, job_id, run_lease,
+                                          outcome)
+    VALUES (p_claim_slot, p_batch_id, p_item, p_job_id, p_run_lease, 'completed')
+    ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    INSERT INTO awa.receipt_completion_batches (ready_slot, queue, attempted_at, job_ids,
+                                                run_leases, attempts, priorities, shards,
+                                                lane_seqs, return_values)
+    VALUES (v_held.ready_slot, v_held.queue, v_held.claimed_at, ARRAY[p_job_id],
+            ARRAY[p_run_lease], ARRAY[v_held.attempt], ARRAY[v_held.priority],
+            ARRAY[v_held.shard], ARRAY[v_held.lane_seq], ARRAY[p_result]);
+    -- Progress is cleared on completion, as awa.close_attempts clears it.
+    DELETE FROM awa.attempt_state s WHERE s.job_id = p_job_id AND s.run_lease = p_run_lease;
+    RETURN true;
 END
 $$;
 
