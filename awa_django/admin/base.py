@@ -16,7 +16,11 @@ Who may do what:
   the page's own, otherwise as listed in ``action_models`` (purging a dead
   letter from the job page needs ``change_deadletter``, as on the DLQ page;
   draining a queue cancels jobs, so it also needs ``change_job``) -- a POST
-  with the CSRF token, and the console not being read-only;
+  with the CSRF token, and the console not being read-only.  The bulk
+  actions of a list are Django admin actions (:mod:`.actions`) whose
+  ``allowed_permissions`` name the ``has_<name>_permission`` methods below
+  (``operate``, ``dead_letter``, ``move_to_dlq``, ``drain``), which apply
+  the same rule;
 * nobody adds, edits or deletes rows through admin forms.
 
 Every action runs with the user as the ``actor`` of its ``ops`` call (awa's
@@ -35,7 +39,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ImproperlyConfigured, PermissionDenied, ValidationError
 from django.db import DatabaseError, models
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -45,7 +49,8 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from .. import ops
 from ..conf import awa_settings
 from ..exceptions import CallbackNotFound, InvalidJob, JobNotFound
-from .audit import log_change
+from .actions import Selection
+from .audit import actor, log_change
 
 #: The key of ``ConsoleAdmin.action_models`` for the list's bulk actions.
 BULK = "bulk"
@@ -96,7 +101,9 @@ class ConsoleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     action_models: Mapping[str, tuple[str, ...]] = {}
     #: The model whose History an object action is logged to (default: the page's).
     log_model: type[models.Model] | None = None
-    actions = None
+    #: The list's admin actions (see :mod:`.actions`); a page without any
+    #: keeps its own ``bulk_action`` form (the batch operations page).
+    actions: Any = ()
 
     # --- permissions ---------------------------------------------------------
 
@@ -118,6 +125,32 @@ class ConsoleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def may_act(self, request: HttpRequest, action: str | None = None) -> bool:
         """Whether this user may run ``action`` (default: the page's actions) now."""
         return request.user.has_perms(self.action_permissions(action)) and not read_only(request)
+
+    def _may_change(self, request: HttpRequest, *model_names: str) -> bool:
+        perms = [f"{self.opts.app_label}.change_{name}" for name in model_names]
+        return request.user.has_perms(perms) and not read_only(request)
+
+    def has_operate_permission(self, request: HttpRequest) -> bool:
+        """An action changing this page's rows: its model's ``change``."""
+        return self._may_change(request, str(self.opts.model_name))
+
+    def has_dead_letter_permission(self, request: HttpRequest) -> bool:
+        """An action changing dead letters (retry or purge from the DLQ)."""
+        return self._may_change(request, "deadletter")
+
+    def has_move_to_dlq_permission(self, request: HttpRequest) -> bool:
+        """Moving failed jobs into the DLQ: changes both."""
+        return self._may_change(request, "job", "deadletter")
+
+    def has_drain_permission(self, request: HttpRequest) -> bool:
+        """Draining a queue cancels its jobs."""
+        return self._may_change(request, "queue", "job")
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        """Django's rule (permissions, site-wide actions); none when read-only."""
+        if read_only(request):
+            return {}
+        return super().get_actions(request)
 
     def check_act(self, request: HttpRequest, action: str | None = None) -> None:
         if request.method != "POST" or not self.may_act(request, action):
@@ -171,7 +204,10 @@ class ConsoleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def render(
         self, request: HttpRequest, template: str, context: dict[str, Any]
     ) -> TemplateResponse:
+        choices = self.get_action_choices(request) if self.actions else []
         base = {
+            "action_choices": choices,
+            "may_select": len(choices) > 1,
             **self.admin_site.each_context(request),
             "opts": self.opts,
             "app_label": self.opts.app_label,
@@ -187,6 +223,8 @@ class ConsoleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
+        if request.method == "POST":  # Django's changelist takes its actions here
+            return self.list_action_view(request)
         self.check_view(request)
         return self.render(request, self.list_template, self.list_context(request))
 
@@ -216,12 +254,8 @@ class ConsoleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         the job itself (a pruned job still has its history), so nothing is
         read from the awa tables; a key the primary key field refuses is None.
         """
-        field = self.opts.pk
-        try:
-            key = field.to_python(object_id)
-        except ValidationError:
-            return None
-        return self.model(**{field.attname: key})
+        key = self.parse_key(object_id)
+        return None if key is None else self.model(**{self.opts.pk.attname: key})
 
     # --- actions -------------------------------------------------------------
 
@@ -239,9 +273,106 @@ class ConsoleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return self.back(request, default)
 
     def list_action_view(self, request: HttpRequest) -> HttpResponse:
-        """POST ``action/``: a bulk action, confirmed on a second page."""
-        self.check_act(request, BULK)
-        return self.bulk_action(request)
+        """POST ``action/`` (or the list itself): a bulk action, confirmed on a second page."""
+        if not self.actions:
+            self.check_act(request, BULK)
+            return self.bulk_action(request)
+        if request.method != "POST":
+            raise PermissionDenied("actions are POSTed")
+        offered = self.get_actions(request)
+        name = request.POST.get("action", "")
+        if name not in offered:
+            known = {getattr(a, "__name__", a) for a in self.actions}
+            known |= {site_name for site_name, _ in self.admin_site.actions}
+            if name in known or not offered:  # not for this user, or read-only
+                raise PermissionDenied(f"action {name!r:.60} is not offered here")
+            messages.warning(request, "choose an action")
+            return self.back(request, self.url("changelist"))
+        if getattr(offered[name][0], "across", False):
+            post = request.POST.copy()
+            post["select_across"] = "1"
+            request.POST = post  # type: ignore[assignment]
+        selection = Selection(self, filters=self.selection_filters(request))
+        # Django's own dispatch: form check, the selection, the action's response.
+        response = self.response_action(request, selection)  # type: ignore[arg-type]
+        if response is None or (
+            isinstance(response, HttpResponseRedirect) and response.url == request.get_full_path()
+        ):
+            return self.back(request, self.url("changelist"))
+        return response
+
+    # --- filters -------------------------------------------------------------
+
+    #: Query parameters the page's paging applies (a filter must name one).
+    filter_parameters: tuple[str, ...] = ()
+    #: Filters whose choices open their sidebar section even when unused.
+    open_filters: tuple[str, ...] = ()
+
+    def filter_choices(self, name: str, request: HttpRequest) -> list[tuple[Any, str]]:
+        """``(value, label)`` choices of the filter on ``name`` (see :mod:`.filters`)."""
+        return []
+
+    def sidebar(
+        self, request: HttpRequest, query: Callable[..., str], current: Mapping[str, Any]
+    ) -> list[dict[str, Any]]:
+        """The sidebar of ``get_list_filter(request)``: ``query(**changes)`` builds a
+        link with one parameter changed, ``current`` holds the values in use."""
+        sections = []
+        for declared in self.get_list_filter(request):
+            if not (isinstance(declared, type) and issubclass(declared, admin.SimpleListFilter)):
+                raise ImproperlyConfigured(
+                    f"{type(self).__name__}.list_filter: the console takes SimpleListFilter "
+                    f"classes (see awa_django.admin.filters), not {declared!r}"
+                )
+            spec = declared(request, {}, self.model, self)
+            name = str(spec.parameter_name)
+            if name not in self.filter_parameters:
+                raise ImproperlyConfigured(
+                    f"{type(self).__name__}: filter {declared.__name__} names {name!r}, "
+                    f"which this page's paging does not apply ({', '.join(self.filter_parameters)})"
+                )
+            value = current.get(name)
+            sections.append(
+                {
+                    "title": spec.title,
+                    "parameter": name,
+                    "value": value,
+                    "free_text": getattr(spec, "free_text", False),
+                    "open": value is not None or name in self.open_filters,
+                    "all_url": query(**{name: None, "before": None}),
+                    "choices": [
+                        (label, query(**{name: key, "before": None}), str(key) == str(value))
+                        for key, label in spec.lookup_choices
+                    ],
+                    "keep": [(k, v) for k, v in current.items() if v is not None and k != name],
+                }
+            )
+        return sections
+
+    def selection_filters(self, request: HttpRequest) -> dict[str, Any]:
+        """The page's filter as POSTed with an action (for ``across`` actions)."""
+        return {}
+
+    def parse_key(self, text: str) -> Any:
+        """A ticked row's key as the page's primary key, or None when it cannot be one."""
+        try:
+            return self.opts.pk.to_python(text)
+        except ValidationError:
+            return None
+
+    def load_row(self, key: Any) -> Any:
+        """The record an action's selection yields for ``key`` (None: gone)."""
+        raise NotImplementedError(f"{type(self).__name__} lists no rows for actions")
+
+    def record(self, request: HttpRequest, keys: list[Any], message: str) -> None:
+        """Log an action on these rows to Django's ``LogEntry`` (for project actions:
+        the built-in ones do it themselves)."""
+        log_change(request, self.log_model or self.model, keys, message)
+
+    @staticmethod
+    def actor(request: HttpRequest) -> str:
+        """Who acts, for ``ops``' ``actor=``."""
+        return actor(request)
 
     def bulk_action(self, request: HttpRequest) -> HttpResponse:
         raise PermissionDenied("this page has no bulk actions")

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 
 from .. import ops
+from ..cron import PeriodicInfo
+from .actions import Selection, ask, console_action, each, plural
 from .audit import actor
 from .base import ConsoleAdmin
 
@@ -46,9 +49,47 @@ class RuntimeAdmin(ConsoleAdmin):
         }
 
 
+def _schedules(
+    page: ConsoleAdmin,
+    request: HttpRequest,
+    selection: Selection,
+    call: Callable[..., Any],
+    verb: str,
+    past: str,
+) -> HttpResponse:
+    question = f"{verb} {plural(len(selection), 'selected schedule')}?"
+    return ask(page, request, selection, verb=verb, question=question) or each(
+        page,
+        request,
+        selection,
+        lambda name, who: bool(call(name, actor=who)),
+        verb=verb,
+        past=past,
+    )
+
+
+@console_action(description="Pause selected schedules")
+def pause(page: ConsoleAdmin, request: HttpRequest, selection: Selection) -> HttpResponse:
+    return _schedules(page, request, selection, ops.pause_periodic, "Pause", "paused")
+
+
+@console_action(description="Resume selected schedules")
+def resume(page: ConsoleAdmin, request: HttpRequest, selection: Selection) -> HttpResponse:
+    return _schedules(page, request, selection, ops.resume_periodic, "Resume", "resumed")
+
+
+@console_action(description="Run selected schedules now")
+def run_now(page: ConsoleAdmin, request: HttpRequest, selection: Selection) -> HttpResponse:
+    return _schedules(page, request, selection, ops.trigger_periodic, "Run", "enqueued")
+
+
 class PeriodicScheduleAdmin(ConsoleAdmin):
     list_template = "periodic.html"
     object_actions = {"pause": "Pause", "resume": "Resume", "run": "Run now"}
+    actions = [pause, resume, run_now]
+
+    def load_row(self, key: Any) -> PeriodicInfo | None:
+        return ops.get_periodic(key)
 
     def list_context(self, request: HttpRequest) -> dict[str, Any]:
         return {"title": "Periodic schedules", "schedules": ops.list_periodic()}

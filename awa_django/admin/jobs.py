@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.http import Http404, HttpRequest, QueryDict
 from django.urls import reverse
 
 from .. import ops
@@ -26,19 +26,18 @@ from ..domain import concurrency
 from ..domain.records import JOB_STATES, JobInfo
 from ..exceptions import InvalidJob, JobNotFound
 from ..jobs import registry
-from ..models import Job
 from ..ops.arguments import check_args_contains
-from .audit import actor, log_change
+from . import job_actions
+from .audit import actor
 from .base import MAX_ID, ConsoleAdmin, parse_id
 from .edit import EditAndRetryMixin
+from .filters import KindFilter, PriorityFilter, QueueFilter, StateFilter, TagFilter
 
 #: Jobs per page of the browser.
 PAGE_SIZE = 50
 #: States a job can be cancelled from / retried from.
 CANCELLABLE = ("available", "scheduled", "waiting", "retryable", "running", "waiting_external")
 RETRYABLE = ("failed", "cancelled")
-#: Bulk actions of the browser: name -> (verb shown, past tense).
-BULK_ACTIONS = {"retry": ("Retry", "retried"), "cancel": ("Cancel", "cancelled")}
 
 
 def pretty(value: Any) -> str:
@@ -124,6 +123,51 @@ class JobAdmin(EditAndRetryMixin, ConsoleAdmin):
         "dlq_retry": ("deadletter",),
         "dlq_purge": ("deadletter",),
     }
+    actions = [job_actions.retry, job_actions.cancel, job_actions.move_to_dlq]
+    actions += [job_actions.dlq_retry, job_actions.dlq_purge]
+    list_filter = (StateFilter, QueueFilter, PriorityFilter, KindFilter, TagFilter)
+    # The search box: a job id (exact) or a kind.
+    search_fields = ("=id", "kind")
+    filter_parameters = ("state", "queue", "kind", "priority", "tag")
+    open_filters = ("state", "queue", "priority")
+
+    def filter_choices(self, name: str, request: HttpRequest) -> list[tuple[Any, str]]:
+        if name == "state":
+            per_state = self._per_state(request)
+            return [(s, f"{s} ({per_state[s]})") for s in JOB_STATES]
+        if name == "queue":
+            counts = self._counts(request)
+            return [(q, q) for q in sorted(set(counts) | set(awa_settings().queues))]
+        if name == "kind":
+            known = set(registry.kinds()) | {d.name for d in ops.list_job_kind_descriptors()}
+            return [(k, k) for k in sorted(known)]
+        if name == "priority":
+            return [(p, str(p)) for p in (1, 2, 3, 4)]
+        return []
+
+    @staticmethod
+    def _counts(request: HttpRequest) -> dict[str, dict[str, int]]:
+        """The storage's counters, read once per request."""
+        cached = getattr(request, "_awa_state_counts", None)
+        if cached is None:
+            cached = request._awa_state_counts = ops.state_counts()  # type: ignore[attr-defined]
+        return cached
+
+    def _per_state(self, request: HttpRequest) -> dict[str, int]:
+        """Jobs per state, of the filtered queue or of every queue."""
+        queue = request.GET.get("queue", "").strip() or None
+        per_state = dict.fromkeys(JOB_STATES, 0)
+        for name, states in self._counts(request).items():
+            if queue is None or name == queue:
+                for state, n in states.items():
+                    per_state[state] += n
+        return per_state
+
+    def parse_key(self, text: str) -> int | None:
+        return parse_id(text)
+
+    def load_row(self, key: Any) -> JobInfo | None:
+        return ops.get_job(key)
 
     def list_context(self, request: HttpRequest) -> dict[str, Any]:
         problems: list[str] = []
@@ -166,34 +210,26 @@ class JobAdmin(EditAndRetryMixin, ConsoleAdmin):
                 page = ops.browse_jobs(limit=PAGE_SIZE)
             jobs, older = page.jobs, page.older
             short = older is not None and len(jobs) < PAGE_SIZE
-        counts = ops.state_counts()
-        per_state = dict.fromkeys(JOB_STATES, 0)
-        for name, states in counts.items():
-            if f.queue is None or name == f.queue:
-                for state, n in states.items():
-                    per_state[state] += n
-        queues = sorted(set(counts) | set(awa_settings().queues))
-        kinds = sorted(set(registry.kinds()) | {d.name for d in ops.list_job_kind_descriptors()})
+        current = {
+            "state": f.state,
+            "queue": f.queue,
+            "kind": f.kind,
+            "priority": f.priority,
+            "tag": f.tag,
+            "args": f.args,
+        }
         return {
             "title": "Jobs",
             "jobs": jobs,
             "filters": f,
             "searched": searched,
             "args_error": args_error,
-            "states": [(s, per_state[s], f.query(state=s, before=None)) for s in JOB_STATES],
-            "all_states_url": f.query(state=None, before=None),
-            "total": sum(per_state.values()),
-            "queues": [(q, f.query(queue=q, before=None)) for q in queues],
-            "all_queues_url": f.query(queue=None, before=None),
-            "kinds": [(k, f.query(kind=k, before=None)) for k in kinds],
-            "all_kinds_url": f.query(kind=None, before=None),
-            "priorities": [(p, f.query(priority=p, before=None)) for p in (1, 2, 3, 4)],
-            "all_priorities_url": f.query(priority=None, before=None),
+            "total": sum(self._per_state(request).values()),
+            "sidebar": self.sidebar(request, f.query, current),
             "older_url": f.query(before=older) if older is not None and wanted is None else "",
             "all_args_url": f.query(args=None, before=None),
             "older_is_search": older is not None and wanted is None and short,
             "newest_url": f.query(before=None) if f.before else "",
-            "bulk_actions": [(name, verb) for name, (verb, _) in BULK_ACTIONS.items()],
             "here": request.get_full_path(),
         }
 
@@ -265,51 +301,6 @@ class JobAdmin(EditAndRetryMixin, ConsoleAdmin):
     def act_dlq_purge(self, request: HttpRequest, object_id: str) -> str:
         ops.dlq_purge(_job_id(object_id), actor=actor(request))
         return f"job {object_id} purged"
-
-    def bulk_action(self, request: HttpRequest) -> HttpResponse:
-        action = request.POST.get("action", "")
-        if action not in BULK_ACTIONS:
-            messages.error(request, "choose an action")
-            return self.back(request, self.url("changelist"))
-        ids = self.selected_ids(request)
-        if not ids:
-            messages.warning(request, "select at least one job")
-            return self.back(request, self.url("changelist"))
-        verb, past = BULK_ACTIONS[action]
-        if "confirm" not in request.POST:
-            return self.render(
-                request,
-                "confirm.html",
-                {
-                    "title": f"{verb} {len(ids)} job{'s' if len(ids) != 1 else ''}?",
-                    "question": f"{verb} {len(ids)} selected job{'s' if len(ids) != 1 else ''}?",
-                    "items": [f"job {i}" for i in ids],
-                    "hidden": [("action", action)] + [("_selected_action", i) for i in ids],
-                    "next": request.POST.get("next", ""),
-                    "post_url": self.url("action"),
-                    "verb": verb,
-                },
-            )
-        call = ops.retry_job if action == "retry" else ops.cancel_job
-        who = actor(request)
-        done: list[int] = []
-        missing = 0
-        for job_id in ids:
-            try:
-                if call(job_id, actor=who):
-                    done.append(job_id)
-            except JobNotFound:
-                missing += 1
-        log_change(request, Job, done, f"{verb} (bulk action)")
-        changed = len(done)
-        unchanged = len(ids) - changed - missing
-        note = f"{changed} job{'s' if changed != 1 else ''} {past}"
-        if unchanged:
-            note += f"; {unchanged} left as they were (state did not allow it)"
-        if missing:
-            note += f"; {missing} not found"
-        messages.success(request, note)
-        return self.back(request, self.url("changelist"))
 
 
 def _job_id(object_id: str) -> int:

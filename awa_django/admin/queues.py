@@ -21,6 +21,7 @@ from ..conf import awa_settings
 from ..domain.payload import check_queue
 from ..domain.records import JOB_STATES, QueueInfo
 from ..exceptions import InvalidJob
+from .actions import Selection, ask, console_action, each, plural
 from .audit import actor
 from .base import ConsoleAdmin
 from .charts import Series, line_chart, per_minute
@@ -32,12 +33,66 @@ WINDOW = dt.timedelta(hours=1)
 BACKLOG_STATES = ("available", "scheduled", "waiting", "retryable")
 
 
+@console_action(description="Pause selected queues")
+def pause(page: ConsoleAdmin, request: HttpRequest, selection: Selection) -> HttpResponse:
+    question = f"Pause {plural(len(selection), 'selected queue')}? Running jobs finish."
+    return ask(page, request, selection, verb="Pause", question=question) or each(
+        page,
+        request,
+        selection,
+        lambda queue, who: ops.pause_queue(queue, actor=who),
+        verb="Pause",
+        past="paused",
+    )
+
+
+@console_action(description="Resume selected queues")
+def resume(page: ConsoleAdmin, request: HttpRequest, selection: Selection) -> HttpResponse:
+    question = f"Resume {plural(len(selection), 'selected queue')}?"
+    return ask(page, request, selection, verb="Resume", question=question) or each(
+        page,
+        request,
+        selection,
+        lambda queue, who: ops.resume_queue(queue, actor=who),
+        verb="Resume",
+        past="resumed",
+    )
+
+
+@console_action(description="Drain selected queues", permissions=["drain"])
+def drain(page: ConsoleAdmin, request: HttpRequest, selection: Selection) -> HttpResponse:
+    pending = sum(sum(q.counts[s] for s in BACKLOG_STATES) for q in selection)
+    question = (
+        f"Drain {plural(len(selection), 'selected queue')}: cancel their "
+        f"{plural(pending, 'available, scheduled and retrying job')}? Running jobs finish "
+        "as they would."
+    )
+
+    def call(queue: str, who: str) -> bool:
+        ops.drain_queue(queue, actor=who)
+        return True
+
+    return ask(page, request, selection, verb="Drain", question=question) or each(
+        page, request, selection, call, verb="Drain", past="drained"
+    )
+
+
 class QueueAdmin(ConsoleAdmin):
     list_template = "queues.html"
     detail_template = "queue.html"
     object_actions = {"pause": "Pause", "resume": "Resume", "drain": "Drain"}
     # Draining cancels the queue's jobs.
     action_models = {"drain": ("queue", "job")}
+    actions = [pause, resume, drain]
+
+    def parse_key(self, text: str) -> str | None:
+        try:
+            return check_queue(text)
+        except InvalidJob:
+            return None
+
+    def load_row(self, key: Any) -> QueueInfo:
+        return ops.get_queue(key)
 
     def extra_urls(self) -> list[URLPattern]:
         info = self.opts.app_label, self.opts.model_name

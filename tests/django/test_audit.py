@@ -199,11 +199,11 @@ def test_console_dlq_actions_land_in_the_jobs_history(superuser, queue):
     job = JobFactory.create(queue=queue, state="failed")
     superuser.post(reverse("admin:awa_django_job_object_action", args=[job.id, "dlq"]))
     url = reverse("admin:awa_django_deadletter_action")
-    superuser.post(url, {"action": "retry", "_selected_action": [job.id], "confirm": "yes"})
+    superuser.post(url, {"action": "dlq_retry", "_selected_action": [job.id], "confirm": "yes"})
     messages = [e.change_message for e in job_history(job.id)]
     assert messages == [
         f"Move to DLQ: job {job.id} moved to the DLQ",
-        "Retried from the DLQ (bulk action)",
+        "Retry from the DLQ (bulk action)",
     ]
     assert [e.action for e in ops.audit_log(job_id=job.id)] == ["dlq_retry", "move_failed_to_dlq"]
 

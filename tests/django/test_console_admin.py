@@ -125,9 +125,9 @@ def test_dlq_bulk_retry_of_everything_matching_the_filter(superuser, queue):
         assert ops.move_failed_to_dlq(job.id)
         dead.append(job)
     url = reverse("admin:awa_django_deadletter_action")
-    form = {"action": "retry_all", "queue": f"{queue}-0"}
+    form = {"action": "dlq_retry_all", "queue": f"{queue}-0"}
     confirm = superuser.post(url, form)
-    assert "Retry 2 matching" in confirm.content.decode()
+    assert "Retry 2 dead-letter entries matching" in confirm.content.decode()
     superuser.post(url, {**form, "confirm": "yes", "to_priority": "1"})
     states = [ops.get_job(j.id) for j in dead]
     assert [(s.state, s.priority) for s in states] == [
@@ -135,7 +135,7 @@ def test_dlq_bulk_retry_of_everything_matching_the_filter(superuser, queue):
         ("dlq", 2),
         ("available", 1),
     ]
-    superuser.post(url, {"action": "purge", "_selected_action": [dead[1].id], "confirm": "yes"})
+    superuser.post(url, {"action": "dlq_purge", "_selected_action": [dead[1].id], "confirm": "yes"})
     assert ops.get_job(dead[1].id) is None
 
 
@@ -183,7 +183,7 @@ def test_read_only_setting_removes_and_refuses_every_action(superuser, queue):
         (reverse("admin:awa_django_job_action"), {"action": "cancel", "_selected_action": job.id}),
         (object_action("queue", queue, "pause"), {}),
         (object_action("queue", queue, "drain"), {"confirm": "yes"}),
-        (reverse("admin:awa_django_deadletter_action"), {"action": "purge_all"}),
+        (reverse("admin:awa_django_deadletter_action"), {"action": "dlq_purge_all"}),
         (object_action("periodicschedule", "any-schedule", "run"), {}),
         (object_action("queue", queue, "resume"), {}),
     ]:

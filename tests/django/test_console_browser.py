@@ -2,7 +2,9 @@
 
 Logs in, opens the dashboard, the job browser and the DLQ, retries a
 dead-lettered job through the bulk action and its confirmation page, runs
-a worker, and sees the job completed on its page.  Screenshots go to
+a worker, sees the job completed on its page and the retry, with the
+operator's name, on its History page, then runs a project's own admin
+action (the console how-to's example page) from the job browser.  Screenshots go to
 ``tests/artifacts/`` (the README's come from here).  ``.ci/run`` installs
 Chromium when it is missing; outside CI the test skips without it.
 """
@@ -89,7 +91,9 @@ def shot(page, name: str) -> Path:
     return path
 
 
-def test_operator_retries_a_dead_letter_and_sees_it_complete(browser_page, queue):
+def test_operator_retries_a_dead_letter_and_sees_it_complete(
+    browser_page, project_job_admin, queue
+):
     page, base = browser_page
     for n in range(3):
         JobFactory.create(kind="testapp.plain", queue=queue, args_json=f"[{n}]")
@@ -112,10 +116,10 @@ def test_operator_retries_a_dead_letter_and_sees_it_complete(browser_page, queue
     assert row.count() == 1
     shot(page, "console-dlq")
     row.locator("input.action-select").check()
-    page.select_option("select[name=action]", "retry")
+    page.select_option("select[name=action]", "dlq_retry")
     page.click("#changelist-form button[type=submit]")
     page.wait_for_selector(".awa-confirm")
-    assert "Retry 1 selected dead-letter entry?" in page.inner_text(".awa-confirm")
+    assert "Retry 1 selected dead letter?" in page.inner_text(".awa-confirm")
     page.click(".awa-confirm input[type=submit]")
     page.wait_for_selector(".messagelist")
     assert "1 dead letter retried" in page.inner_text(".messagelist")
@@ -129,3 +133,20 @@ def test_operator_retries_a_dead_letter_and_sees_it_complete(browser_page, queue
     assert page.inner_text(".awa-job .awa-state") == "completed"
     assert "42" in page.inner_text(".awa-job")  # the return value of plain(41, 1)
     shot(page, "console-job")
+
+    # The job's History page: the retry, by whom.
+    page.click("a.historylink")
+    page.wait_for_selector("#change-history")
+    history = page.inner_text("#change-history")
+    assert "operator" in history and "Retry from the DLQ (bulk action)" in history
+    shot(page, "console-history")
+
+    # The project's own action (docs/examples/console_actions.py) from the jobs page.
+    spam = JobFactory.create(kind="testapp.plain", queue=queue, args_json="[7]")
+    page.goto(f"{base}/admin/awa_django/job/?queue={queue}")
+    page.check(f"input.action-select[value='{spam.id}']")
+    page.select_option("select[name=action]", "cancel_as_spam")
+    page.click("#changelist-form button[type=submit]")
+    page.wait_for_selector(".messagelist")
+    assert "1 job(s) cancelled as spam" in page.inner_text(".messagelist")
+    assert ops.get_job(spam.id).state == "cancelled"

@@ -9,6 +9,8 @@ get past the check, and a refused action changes nothing.
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from django.contrib import admin
 from django.urls import reverse
@@ -32,8 +34,6 @@ EXPECTED = {
     ("job", "dlq"): {"job", "deadletter"},
     ("job", "dlq_retry"): {"deadletter"},
     ("job", "dlq_purge"): {"deadletter"},
-    ("job", BULK): {"job"},
-    ("deadletter", BULK): {"deadletter"},
     ("queue", "pause"): {"queue"},
     ("queue", "resume"): {"queue"},
     ("queue", "drain"): {"queue", "job"},
@@ -43,13 +43,32 @@ EXPECTED = {
     ("batchoperation", "cancel"): {"batchoperation"},
     ("batchoperation", BULK): {"batchoperation", "job"},
 }
+# The lists' admin actions (get_actions), by the models whose change
+# permission each needs.
+ADMIN_ACTIONS = {
+    ("job", "retry"): {"job"},
+    ("job", "cancel"): {"job"},
+    ("job", "move_to_dlq"): {"job", "deadletter"},
+    ("job", "dlq_retry"): {"deadletter"},
+    ("job", "dlq_purge"): {"deadletter"},
+    ("deadletter", "dlq_retry"): {"deadletter"},
+    ("deadletter", "dlq_purge"): {"deadletter"},
+    ("deadletter", "dlq_retry_all"): {"deadletter"},
+    ("deadletter", "dlq_purge_all"): {"deadletter"},
+    ("queue", "pause"): {"queue"},
+    ("queue", "resume"): {"queue"},
+    ("queue", "drain"): {"queue", "job"},
+    ("periodicschedule", "pause"): {"periodicschedule"},
+    ("periodicschedule", "resume"): {"periodicschedule"},
+    ("periodicschedule", "run_now"): {"periodicschedule"},
+}
 
 
 def endpoints() -> list[tuple[str, str]]:
     found = []
     for model, page in CONSOLE.items():
         found += [(model, action) for action in page.object_actions]
-        if type(page).bulk_action is not ConsoleAdmin.bulk_action:
+        if not page.actions and type(page).bulk_action is not ConsoleAdmin.bulk_action:
             found.append((model, BULK))
     return sorted(found)
 
@@ -81,6 +100,47 @@ def test_a_user_holding_one_permission_reaches_only_the_actions_it_covers():
                 assert status == 403, (model, action, holder)
 
 
+def _request_of(*perms: str) -> object:
+    from django.contrib.auth.models import Permission, User
+    from django.test import RequestFactory
+
+    user = User.objects.create_user(f"user-{uuid.uuid4().hex}", is_staff=True)
+    for codename in perms:
+        user.user_permissions.add(
+            Permission.objects.get(content_type__app_label="awa_django", codename=codename)
+        )
+    request = RequestFactory().get("/")
+    request.user = User.objects.get(pk=user.pk)  # a fresh permission cache
+    return request
+
+
+def test_the_lists_offer_exactly_the_admin_actions_of_the_table():
+    offered = {
+        (model, name)
+        for model, page in CONSOLE.items()
+        for name in page.get_actions(_request_of(*(f"change_{m}" for m in CONSOLE)))
+    }
+    assert offered == set(ADMIN_ACTIONS)
+
+
+def test_an_admin_action_is_offered_only_with_every_permission_it_needs():
+    for (model, name), needs in ADMIN_ACTIONS.items():
+        page = CONSOLE[model]
+        assert name in page.get_actions(_request_of(*(f"change_{m}" for m in needs))), name
+        for missing in needs:
+            fewer = [f"change_{m}" for m in needs if m != missing]
+            assert name not in page.get_actions(_request_of(*fewer)), (name, missing)
+
+
+def test_an_admin_action_not_offered_is_refused_and_changes_nothing(queue):
+    job = JobFactory.create(queue=queue)
+    viewer = console_user("viewer-only", "view_job", "change_deadletter")
+    form = {"action": "cancel", "_selected_action": [job.id], "confirm": "yes"}
+    assert viewer.post(endpoint_url("job", BULK), form).status_code == 403
+    assert viewer.post(reverse("admin:awa_django_job_changelist"), form).status_code == 403
+    assert ops.get_job(job.id).state == "available"
+
+
 def test_change_job_alone_cannot_purge_or_retry_a_dead_letter_from_the_job_page(queue):
     """The reported bypass: job/<id>/action/dlq_purge/ answered 302 and the job was gone."""
     dead = JobFactory.create(queue=queue, state="failed")
@@ -93,7 +153,7 @@ def test_change_job_alone_cannot_purge_or_retry_a_dead_letter_from_the_job_page(
     assert jobs_only.post(endpoint_url("job", "dlq", failed.id)).status_code == 403
     assert ops.get_job(failed.id).state == "failed"
     # The DLQ page refuses the same user, as it did already.
-    form = {"action": "purge", "_selected_action": [dead.id], "confirm": "yes"}
+    form = {"action": "dlq_purge", "_selected_action": [dead.id], "confirm": "yes"}
     assert jobs_only.post(endpoint_url("deadletter", BULK), form).status_code == 403
     assert ops.get_job(dead.id).state == "dlq"
     # The job page offers none of these buttons to that user.
@@ -110,7 +170,7 @@ def test_the_dead_letter_permission_purges_from_either_page(queue):
     assert "dlq_purge" in page
     assert keeper.post(endpoint_url("job", "dlq_purge", dead[0].id)).status_code == 302
     assert ops.get_job(dead[0].id) is None
-    form = {"action": "purge", "_selected_action": [dead[1].id], "confirm": "yes"}
+    form = {"action": "dlq_purge", "_selected_action": [dead[1].id], "confirm": "yes"}
     assert keeper.post(endpoint_url("deadletter", BULK), form).status_code == 302
     assert ops.get_job(dead[1].id) is None
 

@@ -150,10 +150,13 @@ def test_odd_job_ids_in_urls_are_404_or_refused_not_500(operator, value):
 def test_odd_numbers_in_bulk_forms_are_not_500(operator, value):
     for url, form in [
         ("admin:awa_django_job_action", {"action": "cancel", "_selected_action": [value]}),
-        ("admin:awa_django_deadletter_action", {"action": "purge", "_selected_action": [value]}),
         (
             "admin:awa_django_deadletter_action",
-            {"action": "retry_all", "to_priority": value, "confirm": "yes"},
+            {"action": "dlq_purge", "_selected_action": [value]},
+        ),
+        (
+            "admin:awa_django_deadletter_action",
+            {"action": "dlq_retry_all", "to_priority": value, "confirm": "yes"},
         ),
         (
             "admin:awa_django_batchoperation_action",
