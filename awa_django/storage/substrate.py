@@ -27,13 +27,9 @@ from .base import Execute, Steps, operation, single
 # 0.1.0 substrate installed by migration 0001_initial, 2 adds the audit log
 # (0002_audit_log), 3 marks sequential waits and places DLQ retries ready at
 # once (0003_dlq_retry_ready), 4 adds the search by arguments (0004_args_search),
-# 0.1.0 substrate installed by migration 0001_initial, 2 adds the audit log
-# (0002_audit_log), 3 marks sequential waits and places DLQ retries ready at
-# once (0003_dlq_retry_ready), 4 adds the search by arguments (0004_args_search),
 # 5 the atomic handlers' close, awa.complete_receipt (0005_atomic_closures),
 # 6 the edit and retry of a job (0006_edit_and_retry).
 SCHEMA_VERSION = 6
-SCHEMA_VERSION = 5
 
 
 class RunAwaSQL(migrations.RunSQL):
