@@ -133,3 +133,71 @@ def test_a_worker_imports_no_optional_machinery_it_was_not_asked_for(queue, rese
     assert "awa_django.observability.otel" in loaded
     unwanted = [m for m in loaded if any(m == n or m.startswith(n + ".") for n in NOT_AT_START)]
     assert unwanted == []
+
+
+BEFORE_THE_FIRST_CLAIM = """
+import json, os, sys
+import django
+import environ
+from django.conf import settings
+
+# A project with awa_django alone: what the worker itself pulls in, not
+# what the admin or other apps import on their own.
+settings.configure(
+    INSTALLED_APPS=["awa_django"],
+    DATABASES={"default": environ.Env.db_url_config(os.environ["DATABASE_URL"])},
+    USE_TZ=True,
+)
+django.setup()
+from django.core.management import call_command
+from awa_django.runtime.process.worker import Worker
+
+ready_to_claim = Worker._ready_to_claim
+loaded = []
+
+async def noted(self):
+    await ready_to_claim(self)
+    loaded.extend(sys.modules)  # the dispatchers are created right after this
+
+Worker._ready_to_claim = noted
+call_command("awa_worker", "--burst", "--queue", os.environ["TEST_QUEUE"])
+print(json.dumps(sorted(loaded)))
+"""
+
+#: What sits in no worker's way to its first claim: the whole operator API
+#: (the command needs only a connection string), the health listener
+#: without ``--health-addr`` and the maintenance candidate, which starts
+#: beside the first claims.
+NOT_BEFORE_THE_FIRST_CLAIM = (
+    "awa_django.ops",
+    "awa_django.runtime.health",
+    "awa_django.runtime.leadership.maintenance",
+    "awa_django.runtime.leadership.leader",
+)
+
+
+def test_nothing_the_first_claim_does_not_need_is_imported_before_it(queue, reset_awa):
+    env = dict(
+        os.environ,
+        DATABASE_URL=database_url(),
+        PYTHONPATH=str(ROOT),
+        TEST_QUEUE=queue,
+    )
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(BEFORE_THE_FIRST_CLAIM)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    # The control: the snapshot is the worker's, taken as it starts to claim.
+    assert "awa_django.runtime.process.worker" in loaded
+    assert "awa_django.runtime.attempts.dispatcher" in loaded
+    early = [
+        m for m in loaded if any(m == n or m.startswith(n + ".") for n in NOT_BEFORE_THE_FIRST_CLAIM)
+    ]
+    assert early == []
