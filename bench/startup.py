@@ -138,14 +138,14 @@ def parent(args: argparse.Namespace) -> None:
             if tree is not None:
                 env["PYTHONPATH"] = tree
             if args.job:
-                subprocess.run(
+                subprocess.run(  # noqa: S603 - this interpreter, the bench's adapter
                     [sys.executable, os.path.join(HERE, "systems", "awa", "adapter.py"), "probe"],
                     env=env,
                     check=True,
                     capture_output=True,
                 )
             env["AWA_STARTUP_SPAWNED"] = repr(time.time())
-            done = subprocess.run(
+            done = subprocess.run(  # noqa: S603 - this interpreter, this script
                 [sys.executable, __file__, "--child", *worker_args],
                 env=env,
                 capture_output=True,

@@ -118,8 +118,17 @@ def test_a_worker_imports_no_optional_machinery_it_was_not_asked_for(queue, rese
         PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "testproject")]),
         TEST_QUEUE=queue,
     )
+    loaded = modules_listed_by(IMPORTS_OF_A_BURST, env)
+    # The control: telemetry is on ("auto", the API is installed), so the
+    # observer and its API are there; only the optional parts are not.
+    assert "awa_django.observability.otel" in loaded
+    assert within(loaded, NOT_AT_START) == []
+
+
+def modules_listed_by(script: str, env: dict[str, str]) -> list[str]:
+    """Run ``script`` in a fresh interpreter; the module names it printed last."""
     result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(IMPORTS_OF_A_BURST)],
+        [sys.executable, "-c", textwrap.dedent(script)],
         env=env,
         capture_output=True,
         text=True,
@@ -127,12 +136,12 @@ def test_a_worker_imports_no_optional_machinery_it_was_not_asked_for(queue, rese
         check=False,
     )
     assert result.returncode == 0, result.stderr[-4000:]
-    loaded = json.loads(result.stdout.strip().splitlines()[-1])
-    # The control: telemetry is on ("auto", the API is installed), so the
-    # observer and its API are there; only the optional parts are not.
-    assert "awa_django.observability.otel" in loaded
-    unwanted = [m for m in loaded if any(m == n or m.startswith(n + ".") for n in NOT_AT_START)]
-    assert unwanted == []
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def within(loaded: list[str], packages: tuple[str, ...]) -> list[str]:
+    """The modules of ``loaded`` that are one of ``packages`` or inside one."""
+    return [m for m in loaded if any(m == n or m.startswith(n + ".") for n in packages)]
 
 
 BEFORE_THE_FIRST_CLAIM = """
@@ -184,20 +193,8 @@ def test_nothing_the_first_claim_does_not_need_is_imported_before_it(queue, rese
         TEST_QUEUE=queue,
     )
     env.pop("DJANGO_SETTINGS_MODULE", None)
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(BEFORE_THE_FIRST_CLAIM)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    loaded = modules_listed_by(BEFORE_THE_FIRST_CLAIM, env)
     # The control: the snapshot is the worker's, taken as it starts to claim.
     assert "awa_django.runtime.process.worker" in loaded
     assert "awa_django.runtime.attempts.dispatcher" in loaded
-    early = [
-        m for m in loaded if any(m == n or m.startswith(n + ".") for n in NOT_BEFORE_THE_FIRST_CLAIM)
-    ]
-    assert early == []
+    assert within(loaded, NOT_BEFORE_THE_FIRST_CLAIM) == []
