@@ -25,7 +25,7 @@ from ..domain.descriptors import Declared, declared_for
 from ..domain.payload import check_queue
 from ..exceptions import InvalidJob
 from ..jobs import registry
-from ..storage.connection import RUNTIME_SESSION_SETTINGS, with_server_settings
+from ..storage.connection import RUNTIME_SESSION_SETTINGS, conninfo, with_server_settings
 
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0
 # Leader election: how often a standby tries the lock and a leader checks it still holds it.
@@ -277,6 +277,13 @@ def _queue_config(settings: AwaSettings, name: str) -> QueueConfig:
     if name not in settings.queues and logical is not None and logical in settings.queues:
         return dataclasses.replace(settings.queues[logical], name=name)
     return settings.queue(name)
+
+
+def database_conninfo(database: str | None = None) -> str:
+    """The libpq string of Django's ``database`` alias, for ``awa_worker``:
+    the same as ``ops.conninfo``, without importing the whole operator API
+    in front of the first claim."""
+    return conninfo(database)
 
 
 def build_config(

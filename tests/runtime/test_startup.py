@@ -118,8 +118,17 @@ def test_a_worker_imports_no_optional_machinery_it_was_not_asked_for(queue, rese
         PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "testproject")]),
         TEST_QUEUE=queue,
     )
+    loaded = modules_listed_by(IMPORTS_OF_A_BURST, env)
+    # The control: telemetry is on ("auto", the API is installed), so the
+    # observer and its API are there; only the optional parts are not.
+    assert "awa_django.observability.otel" in loaded
+    assert within(loaded, NOT_AT_START) == []
+
+
+def modules_listed_by(script: str, env: dict[str, str]) -> list[str]:
+    """Run ``script`` in a fresh interpreter; the module names it printed last."""
     result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(IMPORTS_OF_A_BURST)],
+        [sys.executable, "-c", textwrap.dedent(script)],
         env=env,
         capture_output=True,
         text=True,
@@ -127,9 +136,65 @@ def test_a_worker_imports_no_optional_machinery_it_was_not_asked_for(queue, rese
         check=False,
     )
     assert result.returncode == 0, result.stderr[-4000:]
-    loaded = json.loads(result.stdout.strip().splitlines()[-1])
-    # The control: telemetry is on ("auto", the API is installed), so the
-    # observer and its API are there; only the optional parts are not.
-    assert "awa_django.observability.otel" in loaded
-    unwanted = [m for m in loaded if any(m == n or m.startswith(n + ".") for n in NOT_AT_START)]
-    assert unwanted == []
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def within(loaded: list[str], packages: tuple[str, ...]) -> list[str]:
+    """The modules of ``loaded`` that are one of ``packages`` or inside one."""
+    return [m for m in loaded if any(m == n or m.startswith(n + ".") for n in packages)]
+
+
+BEFORE_THE_FIRST_CLAIM = """
+import json, os, sys
+import django
+import environ
+from django.conf import settings
+
+# A project with awa_django alone: what the worker itself pulls in, not
+# what the admin or other apps import on their own.
+settings.configure(
+    INSTALLED_APPS=["awa_django"],
+    DATABASES={"default": environ.Env.db_url_config(os.environ["DATABASE_URL"])},
+    USE_TZ=True,
+)
+django.setup()
+from django.core.management import call_command
+from awa_django.runtime.process.worker import Worker
+
+ready_to_claim = Worker._ready_to_claim
+loaded = []
+
+async def noted(self):
+    await ready_to_claim(self)
+    loaded.extend(sys.modules)  # the dispatchers are created right after this
+
+Worker._ready_to_claim = noted
+call_command("awa_worker", "--burst", "--queue", os.environ["TEST_QUEUE"])
+print(json.dumps(sorted(loaded)))
+"""
+
+#: What sits in no worker's way to its first claim: the whole operator API
+#: (the command needs only a connection string), the health listener
+#: without ``--health-addr`` and the maintenance candidate, which starts
+#: beside the first claims.
+NOT_BEFORE_THE_FIRST_CLAIM = (
+    "awa_django.ops",
+    "awa_django.runtime.health",
+    "awa_django.runtime.leadership.maintenance",
+    "awa_django.runtime.leadership.leader",
+)
+
+
+def test_nothing_the_first_claim_does_not_need_is_imported_before_it(queue, reset_awa):
+    env = dict(
+        os.environ,
+        DATABASE_URL=database_url(),
+        PYTHONPATH=str(ROOT),
+        TEST_QUEUE=queue,
+    )
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    loaded = modules_listed_by(BEFORE_THE_FIRST_CLAIM, env)
+    # The control: the snapshot is the worker's, taken as it starts to claim.
+    assert "awa_django.runtime.process.worker" in loaded
+    assert "awa_django.runtime.attempts.dispatcher" in loaded
+    assert within(loaded, NOT_BEFORE_THE_FIRST_CLAIM) == []

@@ -11,6 +11,10 @@ checks (:func:`awa_django.checks.check_settings`: the database alias, the
 telemetry extra, heartbeat and capacity warnings) run here, cheaply: an
 error stops the worker, a warning is printed.  ``manage.py check`` (and
 ``migrate``, ``runserver``) report the rest, as in a deploy pipeline.
+
+For the same reason this module does not import the operator API
+(:mod:`awa_django.ops`, every subject of it at once): the connection string
+comes from :func:`~awa_django.runtime.config.database_conninfo`.
 """
 
 from __future__ import annotations
@@ -23,11 +27,10 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from awa_django import ops
 from awa_django.conf import awa_settings
 from awa_django.exceptions import InvalidJob
 from awa_django.management.options import add_database_argument, host_port
-from awa_django.runtime.config import build_config
+from awa_django.runtime.config import build_config, database_conninfo
 
 
 class Command(BaseCommand):
@@ -127,7 +130,7 @@ class Command(BaseCommand):
         try:
             config = build_config(
                 settings,
-                ops.conninfo(database),
+                database_conninfo(database),
                 queues=options["queues"],
                 burst=options["burst"],
                 shutdown_timeout=options["shutdown_timeout"],

@@ -35,7 +35,7 @@ import os
 import signal
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from asgiref.sync import sync_to_async
@@ -62,13 +62,18 @@ from ..completion.heartbeat import Heartbeat
 from ..completion.leases import CALLBACK_CHANNEL, CANCEL_CHANNEL, LeaseHub
 from ..completion.progress import ProgressFlusher
 from ..config import PeriodicConfig, QueuePolicy, WorkerConfig
-from ..health.fleet import HealthSlot
-from ..health.listener import WorkerHealth
-from ..leadership.maintenance import Maintenance
 from ..leadership.promoter import Promoter
 from ..service import Service, cancel_and_wait
 from .notifier import Notifier
 from .shutdown import Shutdown
+
+if TYPE_CHECKING:
+    # Imported where they are needed, not in front of the first claim: the
+    # health listener (with its multiprocessing and Prometheus modules) only
+    # with a health address, the maintenance candidate in _settle().
+    from ..health.fleet import HealthSlot
+    from ..health.listener import WorkerHealth
+    from ..leadership.maintenance import Maintenance
 
 log = logging.getLogger("awa_django.worker")
 
@@ -97,11 +102,11 @@ class Worker(Shutdown):
         self.registered_at: float | None = None
         self.started = False
         self.dispatching: list[asyncio.Task[None]] = []
-        self.health = (
-            WorkerHealth(self, address=config.health_addr, slot=health_slot)
-            if config.health_addr is not None or health_slot is not None
-            else None
-        )
+        self.health: WorkerHealth | None = None
+        if config.health_addr is not None or health_slot is not None:
+            from ..health.listener import WorkerHealth
+
+            self.health = WorkerHealth(self, address=config.health_addr, slot=health_slot)
         self.pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             config.conninfo,
             min_size=2,
@@ -123,8 +128,9 @@ class Worker(Shutdown):
             config.declared,
             claiming=self._claiming,
         )
-        maintenance = config.maintenance_config
-        self.maintenance = Maintenance(maintenance) if maintenance is not None else None
+        #: The maintenance candidate, once _settle() has started it (None
+        #: before, and with ``--no-maintenance``).
+        self.maintenance: Maintenance | None = None
         self.promoter = Promoter(PeriodicConfig(config.settings.promote_interval), run)
         limit = config.global_max_workers
         self.pool_permits = WeightedPool(limit) if limit is not None else None
@@ -358,7 +364,11 @@ class Worker(Shutdown):
         except psycopg.Error as exc:
             log.warning("descriptors not published (the next heartbeat tries again): %s", exc)
         await sync_declared(self._run)
-        if self.maintenance is not None:
+        maintenance = self.config.maintenance_config
+        if maintenance is not None:
+            from ..leadership.maintenance import Maintenance
+
+            self.maintenance = Maintenance(maintenance)
             services.append(self.maintenance)  # stopped with the others, even if cut short
             await self.maintenance.start()
 
