@@ -5,7 +5,8 @@
 values) for the search by arguments, and completes a tenth of them;
 ``python -m tests.django.console_probe pages`` loads every console page as a
 superuser and prints one JSON document: per page its status, query count,
-whether any query counted rows of ``awa.jobs``, and the time it took.  Run
+whether any query counted rows of ``awa.jobs``, how many rows of the job
+tables the server read for it, and the time it took.  Run
 as subprocesses by ``test_console_scale.py`` so the million jobs stay out of
 the shared test database.
 """
@@ -20,6 +21,7 @@ import time
 from urllib.parse import urlencode
 
 import django
+import psycopg
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
 django.setup()
@@ -36,6 +38,42 @@ from awa_django.storage.attempts import close_attempts  # noqa: E402
 from tests.factories import claim_jobs, closure_for  # noqa: E402
 
 BATCH = 10_000
+#: The tables that hold jobs: the rings' ready and terminal partitions, the
+#: deferred jobs and the DLQ.  A page's reads of them are counted by the
+#: server (sequential and index fetches), so the report shows how many rows
+#: a page read out of the whole history.
+JOB_TABLES = (
+    "relname ~ '^(ready_entries|done_entries)_[0-9]+$'"
+    " OR relname IN ('deferred_jobs', 'dlq_entries')"
+)
+
+
+def rows_read() -> int:
+    """Rows of the job tables read so far, by every finished session."""
+    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT COALESCE(sum(COALESCE(seq_tup_read, 0) + COALESCE(idx_tup_fetch, 0)), 0)"
+            f" FROM pg_stat_user_tables WHERE schemaname = 'awa' AND ({JOB_TABLES})"
+        ).fetchone()
+        return int(row[0])
+
+
+def settled_rows_read(before: int | None = None) -> int:
+    """:func:`rows_read` once the page's session has flushed its counters.
+
+    A backend flushes its table statistics when it exits: Django's
+    connection is closed first, then the shared counters are read until
+    they move past ``before`` (a page always reads something) or 5 s pass.
+    """
+    connection.close()
+    deadline = time.monotonic() + 5
+    while True:
+        now = rows_read()
+        if before is None or now > before or time.monotonic() > deadline:
+            return now
+        time.sleep(0.05)
+
+
 COUNTS_HISTORY = re.compile(r'count\s*\(.*\bfrom\s+"?awa"?\."?(jobs|terminal_jobs)\b', re.I | re.S)
 
 
@@ -108,16 +146,19 @@ def pages() -> None:
     report = []
     for url in urls:
         client.get(url)  # warm: templates, plans
+        before = settled_rows_read()
         with CaptureQueriesContext(connection) as queries:
             started = time.perf_counter()
             response = client.get(url)
             elapsed = time.perf_counter() - started
+        read = settled_rows_read(before) - before
         report.append(
             {
                 "url": url,
                 "status": response.status_code,
                 "queries": len(queries),
                 "counts_history": any(COUNTS_HISTORY.search(q["sql"]) for q in queries),
+                "job_rows_read": read,
                 "ms": round(elapsed * 1000, 1),
             }
         )
