@@ -41,7 +41,8 @@ BATCH = 10_000
 #: The tables that hold jobs: the rings' ready and terminal partitions, the
 #: deferred jobs and the DLQ.  A page's reads of them are counted by the
 #: server (sequential and index fetches), so the report shows how many rows
-#: a page read out of the whole history.
+#: a page read out of the whole history (recorded in the artifact, like the
+#: times).
 JOB_TABLES = (
     "relname ~ '^(ready_entries|done_entries)_[0-9]+$'"
     " OR relname IN ('deferred_jobs', 'dlq_entries')"
