@@ -146,11 +146,18 @@ class ConsoleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         """Draining a queue cancels its jobs."""
         return self._may_change(request, "queue", "job")
 
-    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
-        """Django's rule (permissions, site-wide actions); none when read-only."""
+    def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict[str, Any]:
+        """Django's rule (permissions, site-wide actions); none when read-only.
+
+        ``action_location`` is Django 6.1's (the change list or the change
+        form), passed through; Django 5.2 has none.
+        """
         if read_only(request):
             return {}
-        return super().get_actions(request)
+        base: Any = super().get_actions
+        if action_location is None:
+            return dict(base(request))
+        return dict(base(request, action_location=action_location))
 
     def check_act(self, request: HttpRequest, action: str | None = None) -> None:
         if request.method != "POST" or not self.may_act(request, action):
@@ -288,7 +295,10 @@ class ConsoleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 raise PermissionDenied(f"action {name!r:.60} is not offered here")
             messages.warning(request, "choose an action")
             return self.back(request, self.url("changelist"))
-        if getattr(offered[name][0], "across", False):
+        # Django 6.1 gives Action objects (indexing them is deprecated), 5.2 tuples.
+        chosen = offered[name]
+        func = chosen.func if hasattr(chosen, "func") else chosen[0]
+        if getattr(func, "across", False):
             post = request.POST.copy()
             post["select_across"] = "1"
             request.POST = post  # type: ignore[assignment]
