@@ -235,9 +235,13 @@ def test_claimers_share_the_queues_rate_limit(queue):
         testjobs.started.using(queue=queue).enqueue()
     worker = run_burst(queue, claimers=4, rate_limit=RateLimit(10.0, 2), max_workers=10)
     assert worker.completed == 8
+    # A handler starts a moment after its permit is granted, and on a loaded
+    # box that moment varies by tens of milliseconds; a limiter per loop would
+    # start all eight within a few milliseconds, far below these bounds.
     times = sorted(HOLDS.start_times[queue])
     for k in range(2, 8):
-        assert times[k] - times[0] >= (k - 1) / 10 - 0.05, (k, times)
+        assert times[k] - times[0] >= (k - 1) / 10 - 0.1, (k, times)
+    assert times[7] - times[0] >= 0.5, times
 
 
 # --- live overrides -------------------------------------------------------------------
