@@ -41,8 +41,8 @@ BATCH = 10_000
 #: The tables that hold jobs: the rings' ready and terminal partitions, the
 #: deferred jobs and the DLQ.  A page's reads of them are counted by the
 #: server (sequential and index fetches), so the report shows how many rows
-#: a page read out of the whole history (recorded in the artifact, like the
-#: times).
+#: a page read out of the whole history (bounded by the test, and recorded
+#: in the artifact with the times).
 JOB_TABLES = (
     "relname ~ '^(ready_entries|done_entries)_[0-9]+$'"
     " OR relname IN ('deferred_jobs', 'dlq_entries')"
