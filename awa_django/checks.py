@@ -69,23 +69,31 @@ def check_settings(
         )
     messages.extend(_weighted_only(parsed))
     messages.extend(_telemetry(parsed))
-    database = settings.DATABASES.get(parsed.database)
-    if database is None:
-        messages.append(
-            Error(
-                f"AWA[DATABASE]: alias {parsed.database!r} is not in settings.DATABASES",
-                id="awa_django.E002",
-            )
-        )
-    elif "postgresql" not in database.get("ENGINE", ""):
-        messages.append(
-            Error(
-                f"AWA[DATABASE]: {parsed.database!r} uses {database.get('ENGINE')!r}; "
-                "awa_django needs django.db.backends.postgresql",
-                id="awa_django.E002",
-            )
-        )
+    messages.extend(_database_alias("DATABASE", parsed.database))
+    if parsed.session_database is not None:
+        messages.extend(_database_alias("SESSION_DATABASE", parsed.session_database))
     return messages
+
+
+def _database_alias(key: str, alias: str) -> list[CheckMessage]:
+    """E002: ``AWA[key]`` names no PostgreSQL alias of ``DATABASES`` (or, for
+    ``SESSION_DATABASE``, one marked as going through a pooler)."""
+    database = settings.DATABASES.get(alias)
+    if database is None:
+        problem = f"alias {alias!r} is not in settings.DATABASES"
+    elif "postgresql" not in database.get("ENGINE", ""):
+        problem = (
+            f"{alias!r} uses {database.get('ENGINE')!r}; "
+            "awa_django needs django.db.backends.postgresql"
+        )
+    elif key == "SESSION_DATABASE" and database.get("DISABLE_SERVER_SIDE_CURSORS"):
+        problem = (
+            f"{alias!r} sets DISABLE_SERVER_SIDE_CURSORS (a transaction-mode pooler); "
+            "LISTEN and the election need a direct connection"
+        )
+    else:
+        return []
+    return [Error(f"AWA[{key}]: {problem}", id="awa_django.E002")]
 
 
 def _weighted_only(parsed: AwaSettings) -> list[CheckMessage]:

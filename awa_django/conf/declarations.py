@@ -188,6 +188,16 @@ class AwaSettings:
         "Database alias holding the ``awa`` schema (PostgreSQL). Enqueue, ``ops`` "
         "and the workers use it unless given ``database=``.",
     )
+    session_database: str | None = setting(
+        None,
+        _optional(_Parser(_database, "an alias of settings.DATABASES")),
+        "Database alias that reaches PostgreSQL directly, for what needs a session of its "
+        "own: each worker process's LISTEN connection and the maintenance election. Set it "
+        "when ``DATABASE`` goes through a transaction-mode pooler (its ``DATABASES`` entry "
+        "has ``DISABLE_SERVER_SIDE_CURSORS``): everything else then runs through the pooler. "
+        "``None``: those sessions use ``DATABASE``; through a pooler, workers poll instead of "
+        "listening, and a worker with maintenance refuses to start (see the poolers how-to).",
+    )
     queues: Mapping[str, QueueConfig] = setting(
         factory=lambda: {DEFAULT_QUEUE: QueueConfig(DEFAULT_QUEUE)},
         description="The queues and their options (see the queue options). ``awa_worker`` "

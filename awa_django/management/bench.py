@@ -316,8 +316,9 @@ def offered_rate(
 
 async def until_listening(workers: Sequence[Worker], timeout: float = 10.0) -> None:
     """Wait until every worker LISTENs: a job enqueued before would be found
-    by a poll, not a NOTIFY, and skew the first pickups."""
-    waits = [w.notifier.listening.wait() for w in workers]
+    by a poll, not a NOTIFY, and skew the first pickups.  A worker that
+    polls (through a pooler, no session database) has nothing to wait for."""
+    waits = [w.notifier.listening.wait() for w in workers if w.notifier is not None]
     try:
         await asyncio.wait_for(asyncio.gather(*waits), timeout)
     except TimeoutError:

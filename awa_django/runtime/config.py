@@ -25,7 +25,12 @@ from ..domain.descriptors import Declared, declared_for
 from ..domain.payload import check_queue
 from ..exceptions import InvalidJob
 from ..jobs import registry
-from ..storage.connection import RUNTIME_SESSION_SETTINGS, conninfo, with_server_settings
+from ..storage.connection import (
+    RUNTIME_SESSION_SETTINGS,
+    conninfo,
+    pooled,
+    with_server_settings,
+)
 
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0
 # Leader election: how often a standby tries the lock and a leader checks it still holds it.
@@ -111,6 +116,16 @@ class MaintenanceConfig:
     settings: AwaSettings
     conninfo: str
     runtime_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    #: ``conninfo`` goes through a transaction-mode pooler (see WorkerConfig).
+    pooled: bool = False
+    #: Where the election holds its session lock: a direct connection.
+    election_conninfo: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.election_conninfo:
+            if self.pooled:
+                raise ValueError("a pooled maintenance config needs a direct election_conninfo")
+            object.__setattr__(self, "election_conninfo", self.conninfo)
 
     @property
     def runtime_retention(self) -> float:
@@ -161,6 +176,23 @@ class WorkerConfig:
     # The Django alias ``conninfo`` was built from (``--database``; None:
     # ``AWA["DATABASE"]``): atomic handlers open their transaction on it.
     database: str | None = None
+    # ``conninfo`` goes through a transaction-mode pooler: each transaction
+    # may run on another server session, so the runtime keeps no session
+    # state there (no ``options``, no prepared statements, no LISTEN, no
+    # session lock).
+    pooled: bool = False
+    # A direct connection (``AWA["SESSION_DATABASE"]``) for what needs a
+    # session: LISTEN and the election.  None: ``conninfo`` serves, unless
+    # it is pooled (see :attr:`session`).
+    session_conninfo: str | None = None
+
+    @property
+    def session(self) -> str | None:
+        """Where LISTEN and the election run; None: nowhere (pooled, no
+        direct connection: the dispatchers poll)."""
+        if self.session_conninfo is not None:
+            return self.session_conninfo
+        return None if self.pooled else self.conninfo
 
     def __post_init__(self) -> None:
         if self.health_addr is not None:
@@ -240,7 +272,13 @@ class WorkerConfig:
     def maintenance_config(self) -> MaintenanceConfig | None:
         if not self.maintenance:
             return None
-        return MaintenanceConfig(self.settings, self.conninfo, self.runtime_id)
+        return MaintenanceConfig(
+            self.settings,
+            self.conninfo,
+            self.runtime_id,
+            pooled=self.pooled,
+            election_conninfo=self.session or "",
+        )
 
     def with_queue_changes(self, **changes: Any) -> WorkerConfig:
         """A copy with the same queue options changed on every queue (tests, benchmarks)."""
@@ -279,6 +317,27 @@ def _queue_config(settings: AwaSettings, name: str) -> QueueConfig:
     return settings.queue(name)
 
 
+def runtime_connection_kwargs(pooled: bool) -> dict[str, Any]:
+    """psycopg arguments of the runtime's pooled connections: autocommit and,
+    through a transaction-mode pooler, no server-side prepared statements
+    (psycopg prepares a statement run five times on a session, and the
+    next transaction may land on a session that never saw it)."""
+    if pooled:
+        return {"autocommit": True, "prepare_threshold": None}
+    return {"autocommit": True}
+
+
+def session_connections(settings: AwaSettings, database: str | None) -> dict[str, Any]:
+    """:func:`build_config`'s ``pooled`` and ``session_conninfo`` for Django's
+    ``database`` alias: whether it goes through a transaction-mode pooler,
+    and the direct connection of ``AWA["SESSION_DATABASE"]`` (None: unset)."""
+    session = settings.session_database
+    return {
+        "pooled": pooled(database),
+        "session_conninfo": conninfo(session) if session is not None else None,
+    }
+
+
 def database_conninfo(database: str | None = None) -> str:
     """The libpq string of Django's ``database`` alias, for ``awa_worker``:
     the same as ``ops.conninfo``, without importing the whole operator API
@@ -297,8 +356,24 @@ def build_config(
     imports: Sequence[str] = (),
     health_addr: str | None = None,
     database: str | None = None,
+    pooled: bool = False,
+    session_conninfo: str | None = None,
 ) -> WorkerConfig:
-    """Worker configuration for ``queues`` (``NAME[:N]``; default: every configured queue)."""
+    """Worker configuration for ``queues`` (``NAME[:N]``; default: every configured queue).
+
+    ``pooled``: ``conninfo`` goes through a transaction-mode pooler;
+    ``session_conninfo``: a direct connection for LISTEN and the election.
+    A pooled worker with maintenance needs one: the election holds a
+    session lock, which a pooler would hand to whichever client comes next.
+    """
+    if pooled and session_conninfo is None and maintenance:
+        raise InvalidJob(
+            "the worker's database goes through a transaction-mode pooler "
+            "(DISABLE_SERVER_SIDE_CURSORS) and AWA['SESSION_DATABASE'] is not set: the "
+            "maintenance election needs a direct connection. Set AWA['SESSION_DATABASE'] to "
+            "an alias that reaches PostgreSQL directly, or run this worker with "
+            "--no-maintenance and the maintenance on a worker that has one"
+        )
     selected = (
         [parse_queue_option(q, settings.queues) for q in queues]
         if queues
@@ -327,7 +402,15 @@ def build_config(
             )
     return WorkerConfig(
         settings=settings,
-        conninfo=with_server_settings(conninfo, RUNTIME_SESSION_SETTINGS),
+        # A pooler refuses startup options: the session settings go only
+        # where the session is ours.
+        conninfo=conninfo if pooled else with_server_settings(conninfo, RUNTIME_SESSION_SETTINGS),
+        pooled=pooled,
+        session_conninfo=(
+            None
+            if session_conninfo is None
+            else with_server_settings(session_conninfo, RUNTIME_SESSION_SETTINGS)
+        ),
         queues=tuple(policies),
         burst=burst,
         shutdown_timeout=shutdown_timeout,

@@ -31,6 +31,15 @@ def django_connection(database: str | None = None) -> BaseDatabaseWrapper:
     return connection
 
 
+def pooled(database: str | None = None) -> bool:
+    """Whether Django's ``database`` alias goes through a transaction-mode
+    pooler.  Its ``DISABLE_SERVER_SIDE_CURSORS`` says so: Django's own advice
+    for such an alias, and what a project behind PgBouncer already sets.
+    Such a connection may land on another server session at every
+    transaction, so the runtime keeps no session state on it."""
+    return bool(django_connection(database).settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"))
+
+
 def psycopg_params(database: str | None = None) -> dict[str, Any]:
     """Keyword arguments for ``psycopg.connect`` matching Django's settings.
 

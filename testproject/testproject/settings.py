@@ -7,6 +7,7 @@ one with pgserver when it is unset).
 
 import os
 from pathlib import Path
+from typing import Any
 
 import django
 import environ
@@ -72,12 +73,19 @@ DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 # Every test run gets its own database, so runs (and CI legs) never share state.
 DATABASES["default"]["TEST"] = {"NAME": env("AWA_TEST_DATABASE", default=f"test_awa_{os.getpid()}")}
 
+# Behind a transaction-mode pooler (PgBouncer), as Django advises for one;
+# awa then keeps no session state on this alias (tests/pooler).
+DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = env.bool("DATABASE_POOLED", default=False)
+# A direct connection beside a pooled default: awa's LISTEN and election.
+if env("SESSION_DATABASE_URL", default=""):
+    DATABASES["session"] = env.db_url("SESSION_DATABASE_URL")
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 USE_TZ = True
 TIME_ZONE = "UTC"
 STATIC_URL = "static/"
 
-AWA = {
+AWA: dict[str, Any] = {
     "QUEUES": {
         "default": {"max_workers": 10},
         "email": {"max_workers": 20, "rate_limit": (50.0, 50), "deadline": 600},
@@ -87,6 +95,9 @@ AWA = {
 # Django's Tasks API runs on awa (testapp/tasks.py).  No QUEUES list: any
 # valid awa queue name is accepted.
 TASKS = {"default": {"BACKEND": "awa_django.tasks.AwaBackend", "QUEUES": []}}
+
+if "session" in DATABASES:
+    AWA["SESSION_DATABASE"] = "session"
 
 # Tests start worker processes with extra AWA keys (short heartbeats, fast
 # ring rotation) through this variable: a JSON object merged into AWA.

@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError, SystemCheckError
 from django.test import override_settings
@@ -113,6 +114,25 @@ def test_check_requires_a_postgresql_database():
     with override_settings(AWA={"DATABASE": "missing"}), pytest.raises(SystemCheckError) as exc:
         call_command("check")
     assert "awa_django.E002" in str(exc.value)
+
+
+def test_the_session_database_must_be_a_direct_postgresql_alias():
+    with (
+        override_settings(AWA={"SESSION_DATABASE": "missing"}),
+        pytest.raises(SystemCheckError) as exc,
+    ):
+        call_command("check")
+    assert "AWA[SESSION_DATABASE]: alias 'missing' is not in settings.DATABASES" in str(exc.value)
+    default = settings.DATABASES["default"]
+    saved = default.get("DISABLE_SERVER_SIDE_CURSORS", False)
+    default["DISABLE_SERVER_SIDE_CURSORS"] = True
+    try:
+        with override_settings(AWA={"SESSION_DATABASE": "default"}):
+            with pytest.raises(SystemCheckError) as exc:
+                call_command("check")
+    finally:
+        default["DISABLE_SERVER_SIDE_CURSORS"] = saved
+    assert "LISTEN and the election need a direct connection" in str(exc.value)
 
 
 def test_the_worker_runs_the_awa_settings_checks_itself():

@@ -8,12 +8,12 @@ import logging
 import signal
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from awa_django import ops
 from awa_django.conf import awa_settings, unimplemented_settings
 from awa_django.management.options import add_database_argument
-from awa_django.runtime.config import MaintenanceConfig
+from awa_django.runtime.config import MaintenanceConfig, session_connections
 from awa_django.runtime.leadership.maintenance import Maintenance
 
 from .awa_worker import _default_logging
@@ -32,7 +32,20 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         settings = awa_settings()
-        config = MaintenanceConfig(settings, ops.conninfo(options["database"] or settings.database))
+        database = options["database"] or settings.database
+        session = session_connections(settings, database)
+        if session["pooled"] and session["session_conninfo"] is None:
+            raise CommandError(
+                f"database {database!r} goes through a transaction-mode pooler "
+                "(DISABLE_SERVER_SIDE_CURSORS) and AWA['SESSION_DATABASE'] is not set: the "
+                "maintenance election needs a direct connection (see the poolers how-to)"
+            )
+        config = MaintenanceConfig(
+            settings,
+            ops.conninfo(database),
+            pooled=session["pooled"],
+            election_conninfo=session["session_conninfo"] or "",
+        )
         _default_logging(options["verbosity"])
         for problem in unimplemented_settings(settings):
             logging.getLogger("awa_django.maintenance").warning("%s", problem)
@@ -48,5 +61,6 @@ async def _run(maintenance: Maintenance) -> None:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, stopping.set)
     # Before competing to lead.
-    await ops.write_declared_schedules(maintenance.config.conninfo)
+    # On the election's connection: a direct one when the database is pooled.
+    await ops.write_declared_schedules(maintenance.config.election_conninfo)
     await maintenance.run(stopping)

@@ -30,7 +30,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from awa_django.conf import awa_settings
 from awa_django.exceptions import InvalidJob
 from awa_django.management.options import add_database_argument, host_port
-from awa_django.runtime.config import build_config, database_conninfo
+from awa_django.runtime.config import build_config, database_conninfo, session_connections
 
 
 class Command(BaseCommand):
@@ -138,6 +138,7 @@ class Command(BaseCommand):
                 imports=tuple(options["imports"]),
                 health_addr=options["health_addr"] or settings.health_addr,
                 database=database,
+                **session_connections(settings, database),
             )
         except InvalidJob as exc:
             raise CommandError(str(exc)) from None

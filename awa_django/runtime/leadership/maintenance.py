@@ -46,7 +46,7 @@ from ... import cron
 from ...observability.hooks import observers
 from ...storage import AsyncRunner
 from ...storage import maintenance as store
-from ..config import MaintenanceConfig, PeriodicConfig
+from ..config import MaintenanceConfig, PeriodicConfig, runtime_connection_kwargs
 from ..service import PeriodicService
 from .leader import KEEPALIVES, Leader, depose_after, with_server_keepalives
 from .maintenance_tasks import (
@@ -88,20 +88,23 @@ class Maintenance:
         self.tasks: dict[str, PeriodicService[Any]] = {}
         self._looping = False
         self.leader = Leader.for_runtime(
-            config.conninfo,
+            config.election_conninfo,
             config.runtime_id,
             self._term,
             depose_after=depose_after(config.settings.heartbeat_staleness),
         )
 
     def _pool(self) -> AsyncConnectionPool[Any]:
+        config = self.config
         return AsyncConnectionPool(
-            with_server_keepalives(self.config.conninfo),
+            # Through a pooler, no startup options (the server keepalives are
+            # the pooler's own settings then).
+            config.conninfo if config.pooled else with_server_keepalives(config.conninfo),
             min_size=1,
             max_size=8,
             open=False,
             kwargs={
-                "autocommit": True,
+                **runtime_connection_kwargs(config.pooled),
                 "application_name": f"awa-maintenance-task {self.config.runtime_id}",
                 **KEEPALIVES,
             },

@@ -61,7 +61,7 @@ from ..completion.completer import BatchCompleter, refused_for_good
 from ..completion.heartbeat import Heartbeat
 from ..completion.leases import CALLBACK_CHANNEL, CANCEL_CHANNEL, LeaseHub
 from ..completion.progress import ProgressFlusher
-from ..config import PeriodicConfig, QueuePolicy, WorkerConfig
+from ..config import PeriodicConfig, QueuePolicy, WorkerConfig, runtime_connection_kwargs
 from ..leadership.promoter import Promoter
 from ..service import Service, cancel_and_wait
 from .notifier import Notifier
@@ -112,7 +112,7 @@ class Worker(Shutdown):
             min_size=2,
             # One connection per claim loop, plus the services'.
             max_size=sum(policy.queue.claimers for policy in config.queues) + 4,
-            kwargs={"autocommit": True},
+            kwargs=runtime_connection_kwargs(config.pooled),
             open=False,
             name="awa-worker",
         )
@@ -135,20 +135,11 @@ class Worker(Shutdown):
         limit = config.global_max_workers
         self.pool_permits = WeightedPool(limit) if limit is not None else None
         self.wakeups = {policy.name: asyncio.Event() for policy in config.queues}
-        self.notifier = Notifier(
-            config.conninfo,
-            # An enqueue notifies its stripe's channel: each wakes its queue.
-            {
-                stripe: self.wakeups[policy.name]
-                for policy in config.queues
-                for stripe in config.stripes_of(policy.name)
-            },
-            {
-                CANCEL_CHANNEL: self.leases.attempt_closed,
-                CALLBACK_CHANNEL: self.leases.callback_resumed,
-            },
-            trace=trace,
-        )
+        # Without a session of its own (pooled, no AWA["SESSION_DATABASE"])
+        # nothing listens: the dispatchers claim every poll_interval.
+        self.notifier: Notifier | None = None
+        if config.session is not None:
+            self.notifier = self._notifier(config.session, trace)
         # Set by a dispatcher that may have run out of work (see _until_drained).
         self.idle = asyncio.Event()
         self.dispatchers = [
@@ -198,6 +189,22 @@ class Worker(Shutdown):
                     permanent=refused_for_good(exc),
                 )
         return None
+
+    def _notifier(self, conninfo: str, trace: PickupTrace | None) -> Notifier:
+        return Notifier(
+            conninfo,
+            # An enqueue notifies its stripe's channel: each wakes its queue.
+            {
+                stripe: self.wakeups[policy.name]
+                for policy in self.config.queues
+                for stripe in self.config.stripes_of(policy.name)
+            },
+            {
+                CANCEL_CHANNEL: self.leases.attempt_closed,
+                CALLBACK_CHANNEL: self.leases.callback_resumed,
+            },
+            trace=trace,
+        )
 
     def _permits_for(self, policy: QueuePolicy) -> Permits | SharedPermits:
         if self.pool_permits is None:
@@ -274,7 +281,9 @@ class Worker(Shutdown):
             log.warning("%s", problem)
         self.leases.bind()
         await self.pool.open(wait=True)
-        services: list[Service] = [self.notifier, self.heartbeat, self.progress, self.overrides]
+        services: list[Service] = [self.heartbeat, self.progress, self.overrides]
+        if self.notifier is not None:
+            services.insert(0, self.notifier)
         settling: asyncio.Task[None] | None = None
         try:
             await self._ready_to_claim()

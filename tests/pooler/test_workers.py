@@ -1,0 +1,132 @@
+"""Workers through PgBouncer in transaction mode.
+
+The worker's database (``DATABASE_URL``) is the pooler, marked pooled the
+way Django advises (``DISABLE_SERVER_SIDE_CURSORS``).  Claims, closes,
+heartbeats and the leader's tasks then run through it, on one shared server
+connection; what needs a session (LISTEN, the election's lock) runs on
+``AWA["SESSION_DATABASE"]``, a direct connection, or not at all: without one
+the worker polls, and a worker that would compete for maintenance refuses to
+start.  Either way nothing is left on the pooler's server session.
+"""
+
+from __future__ import annotations
+
+import json
+
+import psycopg
+import pytest
+from testapp import jobs
+
+from awa_django import enqueue_many, ops
+from awa_django.conf import awa_settings
+from awa_django.exceptions import InvalidJob
+from awa_django.runtime.config import build_config
+from awa_django.storage.connection import conninfo
+from tests.conftest import database_url, manage, wait_for
+
+from .conftest import PgBouncer, session_leftovers
+
+
+def pooled_env(bouncer: PgBouncer, queue: str, *, session: bool, poll: float) -> dict[str, str]:
+    from django.db import connection
+
+    env = {
+        "DATABASE_URL": bouncer.url(connection.settings_dict["NAME"]),
+        "DATABASE_POOLED": "1",
+        "AWA_SETTINGS_JSON": json.dumps({"QUEUES": {queue: {"poll_interval": poll}}}),
+    }
+    if session:
+        env["SESSION_DATABASE_URL"] = database_url()
+    return env
+
+
+def listening_sessions() -> int:
+    with psycopg.connect(conninfo(), autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND query LIKE 'LISTEN%%'"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def drain(queue: str, count: int, timeout: float = 60) -> None:
+    wait_for(lambda: ops.queue_counts(queue)["completed"] == count, timeout=timeout)
+
+
+def assert_no_leftovers(bouncer: PgBouncer) -> None:
+    from django.db import connection
+
+    assert session_leftovers(bouncer, connection.settings_dict["NAME"]) == {}
+
+
+def test_with_a_session_database_it_listens_and_leads_there(pgbouncer, start_worker, queue):
+    # A poll interval far beyond the test: a job is picked up at once only
+    # if its NOTIFY reached the worker's LISTEN on the direct connection.
+    worker = start_worker(
+        "--queue", queue, env=pooled_env(pgbouncer, queue, session=True, poll=600)
+    )
+    wait_for(lambda: listening_sessions() == 1, timeout=30)
+    wait_for(lambda: any(runtime.is_leader for runtime in ops.list_runtimes()), timeout=30)
+    enqueue_many([jobs.plain.using(queue=queue).prepare(n) for n in range(100)])
+    drain(queue, 100, timeout=30)
+    worker.terminate()
+    assert worker.wait(timeout=30) == 0, worker.output()[-3000:]
+    assert_no_leftovers(pgbouncer)
+
+
+def test_without_one_it_polls_and_keeps_no_session_state(pgbouncer, start_worker, queue):
+    from django.db import connection
+
+    worker = start_worker(
+        "--queue",
+        queue,
+        "--no-maintenance",
+        env=pooled_env(pgbouncer, queue, session=False, poll=0.02),
+    )
+    enqueue_many([jobs.plain.using(queue=queue).prepare(n) for n in range(50)])
+    drain(queue, 50)
+    jobs.plain.using(queue=queue).enqueue(-1)  # after the first claims: found by a poll
+    drain(queue, 51)
+    assert listening_sessions() == 0
+    # Polls enough that each statement of an idle worker ran on its
+    # connections far more often than psycopg's prepare_threshold.
+    database = connection.settings_dict["NAME"]
+    polled = pgbouncer.transactions(database) + 300
+    wait_for(lambda: pgbouncer.transactions(database) >= polled, timeout=60)
+    worker.terminate()
+    assert worker.wait(timeout=30) == 0, worker.output()[-3000:]
+    assert_no_leftovers(pgbouncer)
+
+
+def test_without_one_maintenance_is_refused_with_the_reason(pgbouncer, queue):
+    env = pooled_env(pgbouncer, queue, session=False, poll=1)
+    url = env.pop("DATABASE_URL")
+    for command in (["awa_worker", "--burst", "--queue", queue], ["awa_maintenance"]):
+        done = manage(*command, database_url_override=url, extra_env=env)
+        assert done.returncode == 1, (command, done.stdout, done.stderr)
+        assert "AWA['SESSION_DATABASE'] is not set" in done.stderr, done.stderr
+
+
+def test_the_pooled_config_keeps_session_settings_off_the_pooler():
+    settings = awa_settings()
+    with pytest.raises(InvalidJob, match="SESSION_DATABASE"):
+        build_config(settings, "host=pooler", queues=["q"], pooled=True)
+    polling = build_config(settings, "host=pooler", queues=["q"], pooled=True, maintenance=False)
+    assert (polling.conninfo, polling.session, polling.maintenance_config) == (
+        "host=pooler",
+        None,
+        None,
+    )
+    config = build_config(
+        settings, "host=pooler", queues=["q"], pooled=True, session_conninfo="host=direct"
+    )
+    assert config.conninfo == "host=pooler"
+    assert config.session is not None and "jit=off" in config.session
+    maintenance = config.maintenance_config
+    assert maintenance is not None
+    assert (maintenance.conninfo, maintenance.election_conninfo) == (
+        "host=pooler",
+        config.session,
+    )
+    direct = build_config(settings, "host=direct", queues=["q"])
+    assert direct.session == direct.conninfo and "jit=off" in direct.conninfo
