@@ -109,6 +109,7 @@ def diagnose(
     rings = doctor.run("ring activity", probes.ring_activity())
     if runtimes is not None:
         findings += fleet.stale_runtimes(runtimes, settings)
+        findings += fleet.pooled_runtimes(runtimes)
         if not any(f.evidence.get("probe") == "leader" for f in doctor.failed):
             findings += fleet.leader(leader, runtimes, rings or {})
     waiting = doctor.run("queues", probes.waiting_queues(limits.growth_window))

@@ -36,6 +36,10 @@ def heartbeat(settings: AwaSettings) -> list[Finding]:
     ]
 
 
+#: RuntimeInfo.connection_mode of a runtime behind a transaction-mode pooler.
+POOLED_MODES = ("pooled", "pooled-session")
+
+
 def _runtime(info: RuntimeInfo) -> dict[str, Any]:
     return {
         "id": str(info.id),
@@ -44,7 +48,31 @@ def _runtime(info: RuntimeInfo) -> dict[str, Any]:
         "role": info.role,
         "queues": info.queues,
         "last_seen_at": info.last_seen_at,
+        "connection_mode": info.connection_mode,
     }
+
+
+def pooled_runtimes(runtimes: list[RuntimeInfo]) -> list[Finding]:
+    """D011: live runtimes that reach PostgreSQL through a transaction-mode pooler."""
+    pooled = [info for info in runtimes if info.alive and info.connection_mode in POOLED_MODES]
+    if not pooled:
+        return []
+    polling = [info for info in pooled if info.connection_mode == "pooled"]
+    return [
+        Finding(
+            "awa.D011",
+            "info",
+            f"{len(pooled)} live runtime(s) go through a transaction-mode pooler: "
+            f"{len(pooled) - len(polling)} listen and elect on a direct connection "
+            f"(AWA['SESSION_DATABASE']), {len(polling)} poll and elect on the maintenance lease",
+            {"runtimes": [_runtime(info) for info in pooled]},
+            "Nothing to do if this is the deployment you meant. A polling worker picks a new "
+            "job up within its queue's poll_interval instead of at once, and a lease leader is "
+            "replaced up to one lease length after it stops; a direct connection in "
+            "AWA['SESSION_DATABASE'] gives both back. See the how-to 'Run behind a connection "
+            "pooler'.",
+        )
+    ]
 
 
 def stale_runtimes(runtimes: list[RuntimeInfo], settings: AwaSettings) -> list[Finding]:
@@ -79,6 +107,8 @@ def leader(
 ) -> list[Finding]:
     """D005: nobody runs maintenance (or the one who should looks hung)."""
     alive = [info for info in runtimes if info.alive]
+    if leader is None and any(info.is_leader for info in runtimes):
+        return []  # the election through a pooler: a runtime holds the maintenance lease
     if leader is not None:
         hung = [info for info in runtimes if info.is_leader and not info.alive]
         if not hung:
@@ -111,8 +141,11 @@ def leader(
         "--no-maintenance, or manage.py awa_maintenance. Without a leader nothing promotes "
         "scheduled and retried jobs, rescues the attempts of dead workers, or rotates and "
         "prunes the rings. If such a process runs and still never leads, its connection "
-        "probably goes through a transaction-mode pooler: the leader's lock is a session "
-        "advisory lock and needs a real session."
+        "probably goes through a transaction-mode pooler that Django is not told about: the "
+        "leader's lock is a session advisory lock. Set DISABLE_SERVER_SIDE_CURSORS on that "
+        "alias (the workers then elect on the maintenance lease) or give them a direct "
+        "connection in AWA['SESSION_DATABASE']; see the how-to 'Run behind a connection "
+        "pooler'."
     )
     if alive:
         return [

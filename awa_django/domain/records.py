@@ -201,8 +201,13 @@ class RuntimeInfo:
     last_seen_at: dt.datetime
     #: Its heartbeat is younger than ``HEARTBEAT_STALENESS``.
     alive: bool
-    #: It holds the maintenance leader's lock right now.
+    #: It holds the maintenance leader's lock (or the maintenance lease) right now.
     is_leader: bool
+    #: How it reaches PostgreSQL: ``"direct"``, ``"pooled-session"`` (through
+    #: a transaction-mode pooler, with ``AWA["SESSION_DATABASE"]`` for LISTEN
+    #: and the election) or ``"pooled"`` (polling, the maintenance lease).
+    #: None for a runtime of a release that did not record it.
+    connection_mode: str | None = None
 
 
 #: What a batch operation does (``ops.submit_batch_operation``).

@@ -50,7 +50,7 @@ from awa_django.conf import awa_settings
 
 # Internals, see the module docstring: in-process workers and their counters ...
 from awa_django.runtime.attempts.pickup import PickupTrace
-from awa_django.runtime.config import WorkerConfig, build_config
+from awa_django.runtime.config import WorkerConfig, build_config, session_connections
 from awa_django.runtime.process.supervisor import Supervisor
 from awa_django.runtime.process.worker import Worker
 
@@ -131,14 +131,17 @@ def worker_config(
 ) -> WorkerConfig:
     """A bench worker on ``options.queue`` with ``options.workers`` permits; its
     ``--processes`` children import the no-op jobs and ``imports``."""
+    settings = awa_settings()
     config = build_config(
-        awa_settings(),
+        settings,
         ops.conninfo(options.database),
         queues=[f"{options.queue}:{options.workers}"],
         burst=burst,
         imports=(BENCH_IMPORT, *imports),
         database=options.database,
         maintenance=options.maintenance,
+        # Behind a pooler as the project's workers would be (SESSION_DATABASE).
+        **session_connections(settings, options.database or settings.database),
     )
     return config.with_queue_changes(claim_batch_size=min(512, options.workers))
 

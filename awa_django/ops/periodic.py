@@ -120,7 +120,11 @@ async def write_declared_schedules(conninfo: str) -> None:
     previous state and the next start-up tries again.
     """
     try:
-        conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+        # No prepared statements: conninfo may go through a transaction-mode
+        # pooler, and one connection that runs a few statements gains nothing.
+        conn = await psycopg.AsyncConnection.connect(
+            conninfo, autocommit=True, prepare_threshold=None
+        )
     except psycopg.Error as exc:
         logging.getLogger("awa_django.cron").error("periodic schedules were not synced: %s", exc)
         return

@@ -119,13 +119,18 @@ class MaintenanceConfig:
     #: ``conninfo`` goes through a transaction-mode pooler (see WorkerConfig).
     pooled: bool = False
     #: Where the election holds its session lock: a direct connection.
+    #: Empty: ``conninfo``, unless it is pooled (see :attr:`lease_election`).
     election_conninfo: str = ""
 
     def __post_init__(self) -> None:
-        if not self.election_conninfo:
-            if self.pooled:
-                raise ValueError("a pooled maintenance config needs a direct election_conninfo")
+        if not self.election_conninfo and not self.pooled:
             object.__setattr__(self, "election_conninfo", self.conninfo)
+
+    @property
+    def lease_election(self) -> bool:
+        """No session to hold a lock on (pooled, no direct connection): the
+        election goes through the pooler, on the maintenance lease."""
+        return not self.election_conninfo
 
     @property
     def runtime_retention(self) -> float:
@@ -185,6 +190,14 @@ class WorkerConfig:
     # session: LISTEN and the election.  None: ``conninfo`` serves, unless
     # it is pooled (see :attr:`session`).
     session_conninfo: str | None = None
+
+    @property
+    def connection_mode(self) -> str:
+        """How this worker reaches PostgreSQL, as its runtime row records it
+        (:attr:`~awa_django.records.RuntimeInfo.connection_mode`)."""
+        if not self.pooled:
+            return "direct"
+        return "pooled-session" if self.session_conninfo is not None else "pooled"
 
     @property
     def session(self) -> str | None:
@@ -362,18 +375,9 @@ def build_config(
     """Worker configuration for ``queues`` (``NAME[:N]``; default: every configured queue).
 
     ``pooled``: ``conninfo`` goes through a transaction-mode pooler;
-    ``session_conninfo``: a direct connection for LISTEN and the election.
-    A pooled worker with maintenance needs one: the election holds a
-    session lock, which a pooler would hand to whichever client comes next.
+    ``session_conninfo``: a direct connection for LISTEN and the election
+    (without one, a pooled worker polls and elects on the maintenance lease).
     """
-    if pooled and session_conninfo is None and maintenance:
-        raise InvalidJob(
-            "the worker's database goes through a transaction-mode pooler "
-            "(DISABLE_SERVER_SIDE_CURSORS) and AWA['SESSION_DATABASE'] is not set: the "
-            "maintenance election needs a direct connection. Set AWA['SESSION_DATABASE'] to "
-            "an alias that reaches PostgreSQL directly, or run this worker with "
-            "--no-maintenance and the maintenance on a worker that has one"
-        )
     selected = (
         [parse_queue_option(q, settings.queues) for q in queues]
         if queues

@@ -9,6 +9,7 @@ them before its exclusive lock, and checks only a stamp under it, in
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -48,6 +49,25 @@ def holds_lead() -> Steps[bool]:
 @operation
 def release_lead() -> Steps[None]:
     yield from _scalar("release_lead", [LEADER_LOCK_KEY])
+
+
+@operation
+def claim_lease(runtime_id: uuid.UUID, generation: int | None, length: float) -> Steps[int | None]:
+    """Renew (``generation``: the one we lead in) or take the maintenance
+    lease for ``length`` seconds; the generation we lead in, or None."""
+    won = yield from _scalar("claim_maintenance_lease", [runtime_id, generation, length])
+    return None if won is None else int(won)
+
+
+@operation
+def holds_lease(runtime_id: uuid.UUID, generation: int) -> Steps[bool]:
+    """Whether we still lead in ``generation`` (the fence before a task)."""
+    return bool((yield from _scalar("holds_maintenance_lease", [runtime_id, generation])))
+
+
+@operation
+def release_lease(runtime_id: uuid.UUID, generation: int) -> Steps[None]:
+    yield from _scalar("release_maintenance_lease", [runtime_id, generation])
 
 
 @operation

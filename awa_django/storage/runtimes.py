@@ -12,10 +12,17 @@ from .maintenance import LEADER_LOCK_KEY
 
 @operation
 def register(
-    runtime_id: uuid.UUID, hostname: str, pid: int, queues: Sequence[str], role: str = "worker"
+    runtime_id: uuid.UUID,
+    hostname: str,
+    pid: int,
+    queues: Sequence[str],
+    role: str = "worker",
+    connection_mode: str | None = None,
 ) -> Steps[None]:
     yield Execute.named(
-        "runtime", "register_runtime", [runtime_id, hostname, pid, list(queues), role]
+        "runtime",
+        "register_runtime",
+        [runtime_id, hostname, pid, list(queues), role, connection_mode],
     )
 
 
@@ -35,7 +42,8 @@ def unregister(runtime_id: uuid.UUID) -> Steps[None]:
 @operation
 def list_runtimes(staleness: float) -> Steps[list[RuntimeInfo]]:
     """Every registered runtime, newest first; ``alive`` when its heartbeat is
-    younger than ``staleness`` seconds, ``is_leader`` when it holds the lock."""
+    younger than ``staleness`` seconds, ``is_leader`` when it holds the lock
+    or the maintenance lease."""
     rows = yield Execute.named(
         "runtime", "list_runtimes", {"staleness": staleness, "lock": LEADER_LOCK_KEY}
     )
@@ -50,6 +58,7 @@ def list_runtimes(staleness: float) -> Steps[list[RuntimeInfo]]:
             last_seen_at=row[6],
             alive=row[7],
             is_leader=row[8],
+            connection_mode=row[9],
         )
         for row in rows
     ]

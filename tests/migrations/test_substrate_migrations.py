@@ -280,7 +280,33 @@ def test_unapplying_edit_and_retry_drops_only_its_function(reset_awa, queue):
         call_command("migrate", "awa_django", "0005_atomic_closures", verbosity=0)
         assert run(installed_version()) == 5
         assert set(before) - set(fingerprint()) == {
-            line for line in before if line.startswith("fn edit_and_retry ")
+            line
+            for line in before
+            if line.startswith("fn edit_and_retry ")
+            or "maintenance_lease" in line
+            or "runtime_instances.connection_mode" in line
+        }
+        from awa_django import ops
+
+        assert ops.get_job(ref.id).args == ["kept"]
+    finally:
+        call_command("migrate", "awa_django", verbosity=0)
+    assert fingerprint() == before
+    assert run(installed_version()) == SCHEMA_VERSION
+
+
+@pytest.mark.django_db(transaction=True)
+def test_unapplying_the_maintenance_lease_drops_only_its_objects(reset_awa, queue):
+    ref = noop.using(queue=queue).enqueue("kept")
+    before = fingerprint()
+    assert any(line.startswith("rel maintenance_lease ") for line in before)
+    try:
+        call_command("migrate", "awa_django", "0007_job_window_by_id", verbosity=0)
+        assert run(installed_version()) == 7
+        assert set(before) - set(fingerprint()) == {
+            line
+            for line in before
+            if "maintenance_lease" in line or "runtime_instances.connection_mode" in line
         }
         from awa_django import ops
 

@@ -5,24 +5,26 @@ way Django advises (``DISABLE_SERVER_SIDE_CURSORS``).  Claims, closes,
 heartbeats and the leader's tasks then run through it, on one shared server
 connection; what needs a session (LISTEN, the election's lock) runs on
 ``AWA["SESSION_DATABASE"]``, a direct connection, or not at all: without one
-the worker polls, and a worker that would compete for maintenance refuses to
-start.  Either way nothing is left on the pooler's server session.
+the worker polls, and the maintenance election goes through the pooler on
+the maintenance lease.  Either way nothing is left on the pooler's server
+session.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import psycopg
-import pytest
 from testapp import jobs
 
 from awa_django import enqueue_many, ops
 from awa_django.conf import awa_settings
-from awa_django.exceptions import InvalidJob
+from awa_django.doctor import fleet
 from awa_django.runtime.config import build_config
 from awa_django.storage.connection import conninfo
-from tests.conftest import database_url, manage, wait_for
+from tests.conftest import database_url, wait_for
 
 from .conftest import PgBouncer, session_leftovers
 
@@ -67,6 +69,7 @@ def test_with_a_session_database_it_listens_and_leads_there(pgbouncer, start_wor
     )
     wait_for(lambda: listening_sessions() == 1, timeout=30)
     wait_for(lambda: any(runtime.is_leader for runtime in ops.list_runtimes()), timeout=30)
+    assert [r.connection_mode for r in ops.list_runtimes()] == ["pooled-session"]
     enqueue_many([jobs.plain.using(queue=queue).prepare(n) for n in range(100)])
     drain(queue, 100, timeout=30)
     worker.terminate()
@@ -98,25 +101,50 @@ def test_without_one_it_polls_and_keeps_no_session_state(pgbouncer, start_worker
     assert_no_leftovers(pgbouncer)
 
 
-def test_without_one_maintenance_is_refused_with_the_reason(pgbouncer, queue):
-    env = pooled_env(pgbouncer, queue, session=False, poll=1)
-    url = env.pop("DATABASE_URL")
-    for command in (["awa_worker", "--burst", "--queue", queue], ["awa_maintenance"]):
-        done = manage(*command, database_url_override=url, extra_env=env)
-        assert done.returncode == 1, (command, done.stdout, done.stderr)
-        assert "AWA['SESSION_DATABASE'] is not set" in done.stderr, done.stderr
+def test_without_one_they_elect_on_the_maintenance_lease(pgbouncer, start_worker, queue):
+    # Leases of 3 s (half HEARTBEAT_STALENESS, at least three election rounds).
+    env = pooled_env(pgbouncer, queue, session=False, poll=0.2)
+    env["AWA_SETTINGS_JSON"] = json.dumps(
+        {**json.loads(env["AWA_SETTINGS_JSON"]), "HEARTBEAT_INTERVAL": 1, "HEARTBEAT_STALENESS": 6}
+    )
+    workers = {w.proc.pid: w for w in (start_worker("--queue", queue, env=env) for _ in range(2))}
+
+    def leaders() -> list[int]:
+        return [r.pid for r in ops.list_runtimes() if r.is_leader and r.pid in workers]
+
+    first = wait_for(lambda: leaders() if len(leaders()) == 1 else None, timeout=30)[0]
+    second = next(pid for pid in workers if pid != first)
+    # The doctor says how each process connects (D011, information).
+    [finding] = fleet.pooled_runtimes(ops.list_runtimes())
+    assert (finding.code, finding.severity) == ("awa.D011", "info")
+    assert sorted(r["pid"] for r in finding.evidence["runtimes"]) == sorted(workers)
+    assert {r["connection_mode"] for r in finding.evidence["runtimes"]} == {"pooled"}
+    enqueue_many([jobs.plain.using(queue=queue).prepare(n) for n in range(20)])
+    drain(queue, 20)
+    # A leader that stops (SIGSTOP: its process, and its renewals, frozen)
+    # loses the lease once it expires; the standby takes it.
+    os.kill(first, signal.SIGSTOP)
+    try:
+        wait_for(lambda: leaders() == [second], timeout=30)
+    finally:
+        os.kill(first, signal.SIGCONT)
+    # Awake again, the old leader finds the lease gone and stays a standby.
+    workers[first].terminate()
+    assert workers[first].wait(timeout=30) == 0
+    assert "is no longer the maintenance leader" in workers[first].output()
+    assert leaders() == [second]
+    workers[second].terminate()
+    assert workers[second].wait(timeout=30) == 0, workers[second].output()[-3000:]
+    assert_no_leftovers(pgbouncer)
 
 
 def test_the_pooled_config_keeps_session_settings_off_the_pooler():
     settings = awa_settings()
-    with pytest.raises(InvalidJob, match="SESSION_DATABASE"):
-        build_config(settings, "host=pooler", queues=["q"], pooled=True)
-    polling = build_config(settings, "host=pooler", queues=["q"], pooled=True, maintenance=False)
-    assert (polling.conninfo, polling.session, polling.maintenance_config) == (
-        "host=pooler",
-        None,
-        None,
-    )
+    polling = build_config(settings, "host=pooler", queues=["q"], pooled=True)
+    assert (polling.conninfo, polling.session) == ("host=pooler", None)
+    leasing = polling.maintenance_config
+    assert leasing is not None and leasing.lease_election
+    assert (leasing.conninfo, leasing.election_conninfo) == ("host=pooler", "")
     config = build_config(
         settings, "host=pooler", queues=["q"], pooled=True, session_conninfo="host=direct"
     )
@@ -128,5 +156,6 @@ def test_the_pooled_config_keeps_session_settings_off_the_pooler():
         "host=pooler",
         config.session,
     )
+    assert not maintenance.lease_election
     direct = build_config(settings, "host=direct", queues=["q"])
     assert direct.session == direct.conninfo and "jit=off" in direct.conninfo

@@ -8,7 +8,7 @@ import logging
 import signal
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
 
 from awa_django import ops
 from awa_django.conf import awa_settings, unimplemented_settings
@@ -34,12 +34,6 @@ class Command(BaseCommand):
         settings = awa_settings()
         database = options["database"] or settings.database
         session = session_connections(settings, database)
-        if session["pooled"] and session["session_conninfo"] is None:
-            raise CommandError(
-                f"database {database!r} goes through a transaction-mode pooler "
-                "(DISABLE_SERVER_SIDE_CURSORS) and AWA['SESSION_DATABASE'] is not set: the "
-                "maintenance election needs a direct connection (see the poolers how-to)"
-            )
         config = MaintenanceConfig(
             settings,
             ops.conninfo(database),
@@ -61,6 +55,5 @@ async def _run(maintenance: Maintenance) -> None:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, stopping.set)
     # Before competing to lead.
-    # On the election's connection: a direct one when the database is pooled.
-    await ops.write_declared_schedules(maintenance.config.election_conninfo)
+    await ops.write_declared_schedules(maintenance.config.conninfo)
     await maintenance.run(stopping)

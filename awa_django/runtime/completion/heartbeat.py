@@ -68,8 +68,10 @@ class Heartbeat(PeriodicService[dict[str, int]]):
         inflight: Inflight = nothing_inflight,
         declared: Declared | None = None,
         claiming: Callable[[], Collection[int]] = frozenset,
+        connection_mode: str = "direct",
     ) -> None:
         super().__init__(config)
+        self.connection_mode = connection_mode
         self._run = runner
         self.runtime_id = runtime_id
         self._inflight = inflight
@@ -81,7 +83,11 @@ class Heartbeat(PeriodicService[dict[str, int]]):
         """Insert this runtime's row, then (``publish``) its descriptors; a
         worker publishes them later, beside its first claims."""
         role = "worker" if queues else "maintenance"
-        await self._run(runtimes.register(self.runtime_id, socket.gethostname(), pid, queues, role))
+        await self._run(
+            runtimes.register(
+                self.runtime_id, socket.gethostname(), pid, queues, role, self.connection_mode
+            )
+        )
         self._registered = (list(queues), pid)
         if publish:
             await self.publish()

@@ -36,6 +36,9 @@ safe on its own (rotation and prune take their ring's transaction lock and
 re-check their gates, promotion and rescue use SKIP LOCKED and the
 run_lease guard, cleanup deletes idempotently).  Leadership makes
 maintenance efficient, never correct.
+
+Behind a transaction-mode pooler with no direct connection there is no
+session to hold the lock on: :mod:`.lease` elects on a row instead.
 """
 
 from __future__ import annotations
@@ -221,19 +224,22 @@ class Leader(PeriodicService[bool]):
             # so this process (or another) tries again from scratch.
             log.exception("could not start the maintenance term; stepping down")
             self.is_leader = False
-            if self._conn is not None and not self._conn.closed:
-                with contextlib.suppress(psycopg.Error):
-                    await AsyncRunner(self._conn)(store.release_lead())
+            await self._release()
             with contextlib.suppress(Exception):
                 await self._on_change(False)
             raise
 
+    async def _release(self) -> None:
+        """Give the lead up at once, so a standby takes it on its next round."""
+        if self._conn is not None and not self._conn.closed:
+            with contextlib.suppress(psycopg.Error):
+                await AsyncRunner(self._conn)(store.release_lead())
+
     async def stop(self) -> None:
         """Stop competing; a leader releases the lock so a standby takes over at once."""
         await super().stop()
-        if self.is_leader and self._conn is not None and not self._conn.closed:
-            with contextlib.suppress(psycopg.Error):
-                await AsyncRunner(self._conn)(store.release_lead())
+        if self.is_leader:
+            await self._release()
         await self._become(False, stopping=True)
         await self._close()
 

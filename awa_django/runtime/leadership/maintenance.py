@@ -49,6 +49,7 @@ from ...storage import maintenance as store
 from ..config import MaintenanceConfig, PeriodicConfig, runtime_connection_kwargs
 from ..service import PeriodicService
 from .leader import KEEPALIVES, Leader, depose_after, with_server_keepalives
+from .lease import FencedRunner, LeaseLeader
 from .maintenance_tasks import (
     BATCH_OP_CHUNK,
     BATCH_OP_INTERVAL,
@@ -87,8 +88,9 @@ class Maintenance:
         self.pool: AsyncConnectionPool[Any] | None = None
         self.tasks: dict[str, PeriodicService[Any]] = {}
         self._looping = False
-        self.leader = Leader.for_runtime(
-            config.election_conninfo,
+        elect = LeaseLeader if config.lease_election else Leader
+        self.leader = elect.for_runtime(
+            config.election_conninfo or config.conninfo,
             config.runtime_id,
             self._term,
             depose_after=depose_after(config.settings.heartbeat_staleness),
@@ -157,7 +159,11 @@ class Maintenance:
             # A closed psycopg pool cannot be reopened: one pool per term.
             self.pool = self._pool()
             await self.pool.open(wait=True)
-            run = AsyncRunner(self.pool)
+            run = (
+                FencedRunner(self.pool, self.leader)
+                if isinstance(self.leader, LeaseLeader)
+                else AsyncRunner(self.pool)
+            )
             for ring, slots in self.config.ring_slots().items():
                 await run(store.ensure_ring_partitions(ring, slots))
             self.tasks = self._tasks(run)

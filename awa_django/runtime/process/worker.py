@@ -127,6 +127,7 @@ class Worker(Shutdown):
             self._inflight_contexts,
             config.declared,
             claiming=self._claiming,
+            connection_mode=config.connection_mode,
         )
         #: The maintenance candidate, once _settle() has started it (None
         #: before, and with ``--no-maintenance``).

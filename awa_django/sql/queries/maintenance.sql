@@ -118,3 +118,13 @@ SELECT pg_wal_lsn_diff(%s::pg_lsn, %s::pg_lsn)::bigint
 -- name: transaction_read_only
 -- True on a hot standby (or for a role defaulting to read-only transactions).
 SELECT current_setting('transaction_read_only') = 'on'
+
+-- name: claim_maintenance_lease
+-- The lease election (runtime/leadership/lease.py): renew or take the lease.
+SELECT awa.claim_maintenance_lease(%s, %s, make_interval(secs => %s))
+
+-- name: holds_maintenance_lease
+SELECT awa.holds_maintenance_lease(%s, %s)
+
+-- name: release_maintenance_lease
+SELECT awa.release_maintenance_lease(%s, %s)

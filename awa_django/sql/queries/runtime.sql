@@ -35,12 +35,15 @@ SELECT awa.promote_due_skip_busy(%s)
 SELECT awa.queues_have_work(%s::text[])
 
 -- name: register_runtime
-INSERT INTO awa.runtime_instances (id, hostname, pid, queues, role) VALUES (%s, %s, %s, %s, %s)
+INSERT INTO awa.runtime_instances (id, hostname, pid, queues, role, connection_mode)
+VALUES (%s, %s, %s, %s, %s, %s)
 
 -- name: list_runtimes
 -- Every registered runtime, newest first, with whether its heartbeat is
--- fresh and whether its election session holds the leader's lock (the
--- session's application_name carries the runtime id, see runtime/leadership/leader.py).
+-- fresh and whether it leads: its election session holds the leader's lock
+-- (the session's application_name carries the runtime id, see
+-- runtime/leadership/leader.py), or it holds the unexpired maintenance
+-- lease (the election through a pooler, runtime/leadership/lease.py).
 SELECT r.id, r.hostname, r.pid, r.queues, r.role, r.started_at, r.heartbeat_at,
        r.heartbeat_at > now() - make_interval(secs => %(staleness)s),
        EXISTS (SELECT 1
@@ -51,6 +54,9 @@ SELECT r.id, r.hostname, r.pid, r.queues, r.role, r.started_at, r.heartbeat_at,
                                      WHERE datname = current_database())
                   AND ((l.classid::bigint << 32) | l.objid::bigint) = %(lock)s
                   AND a.application_name LIKE '%%' || r.id::text)
+       OR EXISTS (SELECT 1 FROM awa.maintenance_lease m
+                   WHERE m.holder = r.id AND m.expires_at > clock_timestamp()),
+       r.connection_mode
   FROM awa.runtime_instances r
  ORDER BY r.started_at DESC, r.id
 
