@@ -84,6 +84,30 @@ def test_a_lease_leader_steps_down_when_its_lease_was_taken(reset_awa):
     assert changes == [True, True, False, False, True, False]
 
 
+def test_a_leader_that_lost_its_connection_renews_the_same_lease(reset_awa):
+    """A lost connection ends the term (the leader cannot tell whether it
+    still leads), but the next round renews the lease it still holds: no
+    wait for it to expire, no new generation."""
+
+    async def main() -> None:
+        config = LeaderConfig(0.2, conninfo=conninfo(), runtime_id=uuid.uuid4(), depose_after=LONG)
+        leader = LeaseLeader(config)
+        try:
+            assert await leader.run_once() and leader.generation == 1
+            assert leader._conn is not None
+            pid = leader._conn.info.backend_pid
+            async with await psycopg.AsyncConnection.connect(conninfo(), autocommit=True) as conn:
+                await conn.execute("SELECT pg_terminate_backend(%s)", [pid])
+            assert not await leader.run_once()
+            assert (leader.is_leader, leader.generation) == (False, None)
+            assert await leader.run_once() and leader.generation == 1
+            assert leader.terms == 2
+        finally:
+            await leader.stop()
+
+    asyncio.run(main())
+
+
 def test_a_deposed_leaders_tasks_are_fenced_off(reset_awa):
     config = MaintenanceConfig(awa_settings(), conninfo(), pooled=True)
     assert config.lease_election

@@ -136,6 +136,21 @@ class PgBouncer:
                     raise RuntimeError(f"PgBouncer did not start:\n{self.log}") from None
                 time.sleep(0.02)
 
+    def kill(self) -> None:
+        """kill -9: every client and server connection drops at once."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def server_pids(self, database: str) -> list[int]:
+        """PIDs of the server backends PgBouncer holds for ``database``."""
+        with psycopg.connect(self.url("pgbouncer"), autocommit=True) as conn:
+            cursor = conn.cursor()
+            cursor.execute("SHOW SERVERS")
+            columns = [column.name for column in cursor.description or ()]
+            rows = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+        return [int(row["remote_pid"]) for row in rows if row["database"] == database]
+
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()

@@ -55,6 +55,10 @@ class LeaseLeader(Leader):
         super().__init__(*args, **kwargs)
         #: The lease generation of the current term (None: not leading).
         self.generation: int | None = None
+        # The generation of a term that ended on a lost connection: the lease
+        # may still be ours, and the next round renews it instead of waiting
+        # for it to expire.
+        self._resume: int | None = None
 
     @property
     def lease_length(self) -> float:
@@ -72,16 +76,16 @@ class LeaseLeader(Leader):
 
     async def run_once(self) -> bool:
         """Take (standby) or renew (leader) the lease; returns whether we lead."""
+        held = self.generation if self.generation is not None else self._resume
         try:
             run = AsyncRunner(await self._session())
-            won = await run(
-                store.claim_lease(self.config.runtime_id, self.generation, self.lease_length)
-            )
+            won = await run(store.claim_lease(self.config.runtime_id, held, self.lease_length))
+            self._resume = None
         except psycopg.Error as exc:
             if self.is_leader:
                 log.warning("maintenance leader could not renew its lease: %s", exc)
             await self._close()
-            won = None
+            self._resume, won = held, None
         if self.is_leader and won != self.generation:
             # Lost, or expired and taken again: either way that term is over.
             await self._become(False)
@@ -104,7 +108,7 @@ class LeaseLeader(Leader):
                 )
             except psycopg.Error:
                 pass  # it expires by itself
-        self.generation = None
+        self.generation = self._resume = None
 
 
 class FencedRunner(AsyncRunner):
