@@ -213,6 +213,16 @@ class AwaSettings:
         "have work). ``None``: each queue has its own ``max_workers``. At least the sum of the "
         "queues' ``min_workers``.",
     )
+    max_connections_per_process: int | None = setting(
+        None,
+        _optional(_bounded(2)),
+        "The most PostgreSQL connections one worker process holds at once: its pool (claim "
+        "loops + 4), a LISTEN and an election session, the maintenance pool (8) when it may "
+        "lead, and what is left for its sync handlers' Django connections. Under the cap a "
+        "sync handler waits for a free connection (logged) instead of opening one, and its "
+        "thread closes its connection when the handler returns. ``None``: one connection per "
+        "sync handler thread, as many as the queues' ``max_workers``. See the poolers how-to.",
+    )
     dlq_enabled_by_default: bool = setting(
         False,
         _BOOL,

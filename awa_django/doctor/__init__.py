@@ -45,6 +45,7 @@ import psycopg
 from django.db import DatabaseError, transaction
 
 from ..conf import awa_settings
+from ..domain.connections import MAINTENANCE_POOL as MAINTENANCE_POOL
 from ..exceptions import InvalidJob
 from ..storage import doctor as probes
 from ..storage import maintenance as maintenance_store
@@ -53,7 +54,6 @@ from ..storage import substrate
 from ..storage.base import Operation, run
 from ..storage.connection import alias_for, conninfo
 from . import connectivity, fleet, server
-from .connectivity import MAINTENANCE_POOL as MAINTENANCE_POOL
 from .connectivity import NOTIFY_TIMEOUT, worker_connections
 from .connectivity import WORKER_POOL_SERVICES as WORKER_POOL_SERVICES
 from .findings import DEFAULT_LIMITS, NOTIFY_UNREACHABLE, Finding, Limits, ordered, probe_failed

@@ -10,6 +10,8 @@ from typing import Any
 from psycopg.conninfo import conninfo_to_dict
 
 from ..conf import AwaSettings
+from ..domain.connections import MAINTENANCE_POOL
+from ..domain.connections import WORKER_POOL_SERVICES as WORKER_POOL_SERVICES
 from ..runtime.config import build_config
 from ..storage import doctor as probes
 from .findings import Finding, Limits, Severity
@@ -18,26 +20,16 @@ from .findings import Finding, Limits, Severity
 #: connection delivers it in milliseconds; two seconds is generous.
 NOTIFY_TIMEOUT = 2.0
 
-#: Connections of the maintenance leader's task pool (``runtime/leadership/maintenance.py``):
-#: open on one process at a time, the one that leads.
-MAINTENANCE_POOL = 8
-#: Connections of a worker's pool beyond one per claim loop: completer,
-#: heartbeat, overrides, progress (``runtime/process/worker.py``).
-WORKER_POOL_SERVICES = 4
-
 
 def worker_connections(settings: AwaSettings) -> dict[str, int]:
     """Connections one ``awa_worker`` process with these settings (every
-    declared queue) may open at once, by purpose."""
-    config = build_config(settings, "")
-    return {
-        # One per claim loop plus the services' (runtime/process/worker.py).
-        "pool": sum(policy.queue.claimers for policy in config.queues) + WORKER_POOL_SERVICES,
-        # Each sync handler thread may hold a Django connection.
-        "handler_threads": config.total_permits,
-        "listener": 1,
-        "election": 1,
-    }
+    declared queue, within ``MAX_CONNECTIONS_PER_PROCESS``) may open at
+    once, by purpose -- the worker's own arithmetic
+    (:mod:`~awa_django.domain.connections`) -- without the maintenance pool,
+    which only the leader opens."""
+    counted = build_config(settings, "").connections.as_dict()
+    del counted["maintenance_pool"]
+    return counted
 
 
 def connections(
@@ -74,12 +66,12 @@ def connections(
             f"{usable}" + ("" if severity == "error" else ", leaving little for everything else"),
             evidence,
             "Raise max_connections (a server restart), or shrink each worker's footprint: "
-            "fewer claimers, lower max_workers (or a GLOBAL_MAX_WORKERS) for queues whose "
-            "handlers are sync, fewer processes. Each process needs claimers + 4 pool "
-            "connections, one per sync handler thread, a LISTEN session and an election "
-            "session; the leader adds its task pool. Handler threads may share a pooler in "
-            "front of Django's connections; the worker's own sessions need a direct "
-            "(or session-mode) connection.",
+            "set AWA['MAX_CONNECTIONS_PER_PROCESS'], or use fewer claimers, lower max_workers "
+            "(or a GLOBAL_MAX_WORKERS) for queues whose handlers are sync, fewer processes. "
+            "Each process needs claimers + 4 pool connections, one per sync handler thread "
+            "(capped by MAX_CONNECTIONS_PER_PROCESS), a LISTEN session and an election "
+            "session; the leader adds its task pool. Or put the workers behind a "
+            "transaction-mode pooler: see the how-to 'Run behind a connection pooler'.",
         )
     ]
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..conf import AwaSettings, QueueConfig, RateLimit
 from ..domain import capacity, partitioned, stripes
+from ..domain.connections import Footprint, footprint
 from ..domain.descriptors import Declared, declared_for
 from ..domain.payload import check_queue
 from ..exceptions import InvalidJob
@@ -266,6 +267,18 @@ class WorkerConfig:
         )
 
     @property
+    def connections(self) -> Footprint:
+        """The connections this process may hold at once, by purpose, within
+        ``MAX_CONNECTIONS_PER_PROCESS`` (:mod:`~awa_django.domain.connections`)."""
+        return footprint(
+            claimers=sum(policy.queue.claimers for policy in self.queues),
+            permits=self.total_permits,
+            listens=self.session is not None,
+            maintenance=self.maintenance,
+            limit=self.settings.max_connections_per_process,
+        )
+
+    @property
     def overrides(self) -> PeriodicConfig:
         return PeriodicConfig(OVERRIDE_REFRESH_INTERVAL)
 
@@ -404,7 +417,7 @@ def build_config(
                 f"the min_workers of the selected queues add up to {held.reserved}, more than "
                 f"GLOBAL_MAX_WORKERS ({limit}): run fewer queues per process or lower them"
             )
-    return WorkerConfig(
+    config = WorkerConfig(
         settings=settings,
         # A pooler refuses startup options: the session settings go only
         # where the session is ours.
@@ -423,3 +436,5 @@ def build_config(
         health_addr=health_addr,
         database=database,
     )
+    config.connections  # noqa: B018 - a budget too small for this worker raises here
+    return config

@@ -420,6 +420,13 @@ def test_the_connection_budget_matches_what_a_worker_opens():
     assert counted["handler_threads"] == worker.executor.threads
     assert config.maintenance_config is not None
     assert Maintenance(config.maintenance_config)._pool().max_size == MAINTENANCE_POOL
+    assert worker.executor.slots is None  # no MAX_CONNECTIONS_PER_PROCESS
+    with override_settings(AWA={"MAX_CONNECTIONS_PER_PROCESS": 20}):
+        capped = Worker(build_config(awa_settings(), conninfo()))
+        counted = worker_connections(awa_settings())
+    assert capped.executor.slots is not None
+    assert counted["handler_threads"] == capped.executor.slots.size
+    assert sum(counted.values()) + MAINTENANCE_POOL == 20
 
 
 def test_heartbeat_staleness_under_three_intervals_is_a_warning():

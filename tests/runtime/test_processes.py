@@ -8,6 +8,7 @@ never on a fixed hold that worker start-up could eat into.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 import uuid
@@ -215,3 +216,38 @@ def test_running_job_progress_is_visible(queue, start_worker):
     assert ops.get_job(ref.id).progress is None  # cleared by the completion
     worker.terminate()
     assert worker.wait(timeout=30) == 0
+
+
+def test_a_connection_budget_bounds_a_workers_connections(queue, start_worker):
+    """MAX_CONNECTIONS_PER_PROCESS = 9 for a worker of one claim loop with
+    no maintenance: 5 pool, 1 LISTEN, 3 for the handlers.  Eight sync jobs
+    that each hold a Django connection for a while all complete, the worker's
+    connections never pass 9 (sampled from pg_stat_activity), and the jobs
+    that found no free connection waited and said so."""
+    for _ in range(8):
+        jobs.sleep.using(queue=queue).enqueue(1.5)
+    with psycopg.connect(conninfo(), autocommit=True) as sampler:
+
+        def connections() -> int:
+            row = sampler.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchone()
+            return int(row[0]) if row else 0
+
+        baseline = connections()  # the test's own Django connection
+        worker = start_worker(
+            "--queue",
+            f"{queue}:8",
+            "--no-maintenance",
+            "--burst",
+            env={"AWA_SETTINGS_JSON": json.dumps({"MAX_CONNECTIONS_PER_PROCESS": 9})},
+        )
+        peak = 0
+        while worker.proc.poll() is None:
+            peak = max(peak, connections() - baseline)
+            time.sleep(0.02)
+    assert worker.wait(timeout=60) == 0, worker.output()[-3000:]
+    assert ops.queue_counts(queue)["completed"] == 8
+    assert 3 < peak <= 9, peak
+    assert "waits for a database connection" in worker.output()

@@ -17,12 +17,14 @@ closes a successful attempt itself, inside its own transaction
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any, TypeVar, cast
 
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 
 from ...context import JobContext
 from ...domain.closures import cancelled
@@ -39,13 +41,54 @@ from .threads import HandlerThreads, ResultSink
 log = logging.getLogger("awa_django.worker")
 
 
+class DatabaseSlots:
+    """Django connections the sync handlers of this process may hold at once
+    (``AWA["MAX_CONNECTIONS_PER_PROCESS"]``, :mod:`~awa_django.domain.connections`).
+
+    A handler thread takes a slot before its handler runs and, when the
+    handler returns, closes its Django connections and gives the slot back,
+    so idle threads hold none.  A handler that finds every slot taken waits
+    for one -- the job is delayed, never failed -- and the wait is logged
+    once it passes :attr:`REPORT_AFTER` seconds.
+    """
+
+    REPORT_AFTER = 1.0
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._free = threading.BoundedSemaphore(size)
+        #: Handlers that waited longer than REPORT_AFTER for a slot, ever.
+        self.waits = 0
+
+    @contextlib.contextmanager
+    def held(self, job: ClaimedJob) -> Iterator[None]:
+        if not self._free.acquire(timeout=self.REPORT_AFTER):
+            self.waits += 1
+            log.warning(
+                "job %s waits for a database connection: this process's %s handler connections "
+                "(MAX_CONNECTIONS_PER_PROCESS) are all in use",
+                job.job_id,
+                self.size,
+            )
+            self._free.acquire()
+        try:
+            yield
+        finally:
+            connections.close_all()  # this thread's: Django's connections are per thread
+            self._free.release()
+
+
 class Executor:
     """Runs handlers; owns the thread pool for sync jobs."""
 
-    def __init__(self, threads: int, database: str | None = None) -> None:
+    def __init__(
+        self, threads: int, database: str | None = None, db_slots: int | None = None
+    ) -> None:
         self._threads = HandlerThreads(threads)
         # The Django alias of the worker's database: atomic handlers' transactions.
         self._database = database
+        # Under MAX_CONNECTIONS_PER_PROCESS: the handler threads' connections.
+        self.slots = DatabaseSlots(db_slots) if db_slots is not None else None
 
     def shutdown(self) -> None:
         self._threads.shutdown()
@@ -99,7 +142,7 @@ class Executor:
             if definition.atomic:
                 atomic = partial(close_in_transaction, database=self._database)
                 value: Any = await self._threads.submit(
-                    _on_handler_thread, atomic, definition, ctx, job
+                    _on_handler_thread, atomic, definition, ctx, job, self.slots
                 )
             elif definition.is_async:
                 scope = observers.attempt_scope_or_none(job)
@@ -110,7 +153,7 @@ class Executor:
                         value = await call_handler(definition, ctx, job)
             else:
                 value = await self._threads.submit(
-                    _on_handler_thread, call_handler, definition, ctx, job
+                    _on_handler_thread, call_handler, definition, ctx, job, self.slots
                 )
         except asyncio.CancelledError:
             raise
@@ -137,7 +180,9 @@ class Executor:
         task or a future of its own: a claim of hundreds of short sync jobs
         hands each to a thread and takes their results back in bunches.)"""
         log.debug("job %s (%s) attempt %s starting", job.job_id, job.kind, job.attempt)
-        self._threads.submit_to(result, _on_handler_thread, call_handler, definition, ctx, job)
+        self._threads.submit_to(
+            result, _on_handler_thread, call_handler, definition, ctx, job, self.slots
+        )
 
 
 T = TypeVar("T")
@@ -148,21 +193,24 @@ def _on_handler_thread(
     definition: Job[..., Any],
     ctx: JobContext,
     job: ClaimedJob,
+    slots: DatabaseSlots | None = None,
 ) -> T:
     """``call`` (the handler, or an atomic handler with its close) on a
     handler thread, with Django's connection hygiene around it
-    (``close_old_connections()``) and the attempt's telemetry scope."""
-    close_old_connections()
-    try:
-        scope = observers.attempt_scope_or_none(job)
-        if scope is not None:
-            # Entered on the handler's thread: a span becomes the ambient
-            # context of the handler's own spans there.
-            with scope:
-                return call(definition, ctx, job)
-        return call(definition, ctx, job)
-    finally:
+    (``close_old_connections()``), a database slot when the process has a
+    connection budget, and the attempt's telemetry scope."""
+    with slots.held(job) if slots is not None else contextlib.nullcontext():
         close_old_connections()
+        try:
+            scope = observers.attempt_scope_or_none(job)
+            if scope is not None:
+                # Entered on the handler's thread: a span becomes the ambient
+                # context of the handler's own spans there.
+                with scope:
+                    return call(definition, ctx, job)
+            return call(definition, ctx, job)
+        finally:
+            close_old_connections()
 
 
 def context_for(job: ClaimedJob, hub: LeaseHub | None = None) -> JobContext:

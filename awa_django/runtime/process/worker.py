@@ -117,7 +117,16 @@ class Worker(Shutdown):
             name="awa-worker",
         )
         run = AsyncRunner(self.pool)
-        self.executor = Executor(config.total_permits, config.database)
+        self.executor = Executor(
+            config.total_permits,
+            config.database,
+            # Under MAX_CONNECTIONS_PER_PROCESS, what the rest leaves the handlers.
+            db_slots=(
+                config.connections.handler_threads
+                if config.settings.max_connections_per_process is not None
+                else None
+            ),
+        )
         self.completer = BatchCompleter(config.completer, run)
         self.leases = LeaseHub(run, config.runtime_id, self._inflight_contexts)
         self.heartbeat = Heartbeat(
