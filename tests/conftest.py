@@ -23,7 +23,7 @@ import pytest
 from django.db import connection
 
 from awa_django.conf import awa_settings
-from awa_django.runtime.config import build_config
+from awa_django.runtime.config import build_config, session_connections
 from awa_django.runtime.process.worker import Worker
 from awa_django.storage.connection import conninfo
 
@@ -202,8 +202,14 @@ def manage(
 
 def worker_config(queue: str, *, burst: bool = True, maintenance: bool = False, **policy_changes):
     """An in-process worker for ``queue``; no maintenance leader unless asked for."""
+    settings = awa_settings()
     config = build_config(
-        awa_settings(), conninfo(), queues=[queue], burst=burst, maintenance=maintenance
+        settings,
+        conninfo(),
+        queues=[queue],
+        burst=burst,
+        maintenance=maintenance,
+        **session_connections(settings, None),
     )
     return config.with_queue_changes(**policy_changes)
 
