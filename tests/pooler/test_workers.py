@@ -17,7 +17,7 @@ import os
 import signal
 
 import psycopg
-from testapp import jobs
+from testapp import jobs, tasks
 
 from awa_django import enqueue_many, ops
 from awa_django.conf import awa_settings
@@ -25,6 +25,7 @@ from awa_django.doctor import fleet
 from awa_django.runtime.config import build_config
 from awa_django.storage.connection import conninfo
 from tests.conftest import database_url, wait_for
+from tests.tasks.framework import TaskResultStatus
 
 from .conftest import PgBouncer, session_leftovers
 
@@ -115,6 +116,7 @@ def test_without_one_they_elect_on_the_maintenance_lease(pgbouncer, start_worker
     first = wait_for(lambda: leaders() if len(leaders()) == 1 else None, timeout=30)[0]
     second = next(pid for pid in workers if pid != first)
     # The doctor says how each process connects (D011, information).
+    wait_for(lambda: {r.pid for r in ops.list_runtimes()} >= set(workers))
     [finding] = fleet.pooled_runtimes(ops.list_runtimes())
     assert (finding.code, finding.severity) == ("awa.D011", "info")
     assert sorted(r["pid"] for r in finding.evidence["runtimes"]) == sorted(workers)
@@ -159,3 +161,49 @@ def test_the_pooled_config_keeps_session_settings_off_the_pooler():
     assert not maintenance.lease_election
     direct = build_config(settings, "host=direct", queues=["q"])
     assert direct.session == direct.conninfo and "jit=off" in direct.conninfo
+
+
+def test_callbacks_tasks_and_maintenance_through_the_pooler(pooled_default, start_worker, queue):
+    """A pooled worker with no direct connection (polling, the lease) runs
+    the other paths end to end through PgBouncer: a parked job completed by
+    its callback, a sequential wait resumed twice (no NOTIFY reaches it: its
+    wait polls), a Django task and its result, and the maintenance of the
+    lease leader (ring rotation and prune); the test's own ops go through
+    the pooler too."""
+    env = pooled_env(pooled_default, queue, session=False, poll=0.1)
+    env["AWA_SETTINGS_JSON"] = json.dumps(
+        {**json.loads(env["AWA_SETTINGS_JSON"]), "QUEUE_ROTATE_INTERVAL": 0.2}
+    )
+    start_worker("--queue", f"{queue}:4", env=env)
+    parked = jobs.park.using(queue=queue).enqueue()
+    sequential = jobs.sequential.using(queue=queue).enqueue(rounds=2)
+    task = tasks.add.using(queue_name=queue).enqueue(2, b=3)
+
+    def callback_of(job_id: int) -> object:
+        info = ops.get_job(job_id)
+        return info.callback_id if info and info.state == "waiting_external" else None
+
+    ops.complete_external(wait_for(lambda: callback_of(parked.id)), {"answer": 42})
+    first = wait_for(lambda: callback_of(sequential.id))
+    ops.resume_external(first, {"n": 1})
+    second = wait_for(lambda: (c := callback_of(sequential.id)) != first and c)
+    ops.resume_external(second, {"n": 2})
+    wait_for(lambda: ops.get_job(sequential.id).state == "completed")
+    assert ops.get_job(sequential.id).return_value == [{"n": 1}, {"n": 2}]
+    assert ops.get_job(parked.id).return_value == {"answer": 42}
+    result = wait_for(
+        lambda: (r := tasks.add.get_result(task.id)).status == TaskResultStatus.SUCCESSFUL and r
+    )
+    assert result.return_value == 5
+    # The lease leader rotates and prunes the rings through the pooler.
+    wait_for(lambda: any(r.is_leader for r in ops.list_runtimes()))
+    rings = wait_for(
+        lambda: (
+            (s := ops.storage_status()["rings"])["queue"]["rotations"] > 0
+            and s["queue"]["prune"] is not None
+            and s
+        ),
+        timeout=60,
+    )
+    assert rings["queue"]["prune"]["outcome"] in ("pruned", "already_pruned", "skipped_busy")
+    assert_no_leftovers(pooled_default)
