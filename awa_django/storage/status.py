@@ -92,6 +92,7 @@ def storage_status() -> Steps[dict[str, Any]]:
     cursors = yield _named("ring_cursors")
     outcomes = yield _named("ring_status")
     leader = yield _named("leader", [LEADER_LOCK_KEY])
+    lease = yield _named("maintenance_lease")
     deferred, due, receipts, runtimes, dlq = (yield _named("backlog"))[0]
     size = single((yield _named("schema_size")))
     horizon = yield from prune_horizon().steps
@@ -141,6 +142,16 @@ def storage_status() -> Steps[dict[str, Any]]:
                 "since": leader[0][2].isoformat() if leader[0][2] is not None else None,
             }
             if leader
+            else None
+        ),
+        "lease": (
+            {
+                "holder": str(lease[0][0]),
+                "generation": lease[0][1],
+                "won_at": lease[0][2].isoformat(),
+                "expires_at": lease[0][3].isoformat(),
+            }
+            if lease
             else None
         ),
         "deferred": {"total": deferred, "due": due},

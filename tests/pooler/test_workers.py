@@ -121,6 +121,8 @@ def test_without_one_they_elect_on_the_maintenance_lease(pgbouncer, start_worker
     assert (finding.code, finding.severity) == ("awa.D011", "info")
     assert sorted(r["pid"] for r in finding.evidence["runtimes"]) == sorted(workers)
     assert {r["connection_mode"] for r in finding.evidence["runtimes"]} == {"pooled"}
+    holder = next(r.id for r in ops.list_runtimes() if r.pid == first)
+    assert (ops.storage_status()["lease"] or {}).get("holder") == str(holder)
     enqueue_many([jobs.plain.using(queue=queue).prepare(n) for n in range(20)])
     drain(queue, 20)
     # A leader that stops (SIGSTOP: its process, and its renewals, frozen)

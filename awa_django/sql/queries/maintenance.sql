@@ -79,6 +79,11 @@ SELECT a.application_name, a.pid, a.backend_start
    AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
    AND ((l.classid::bigint << 32) | l.objid::bigint) = %s
 
+-- name: maintenance_lease
+-- The election behind a pooler (runtime/leadership/lease.py): its holder, while unexpired.
+SELECT holder, generation, won_at, expires_at FROM awa.maintenance_lease
+ WHERE expires_at > clock_timestamp()
+
 -- name: ring_cursors
 SELECT ring, (awa.ring_cursor(ring)).slot, (awa.ring_cursor(ring)).generation,
        (awa.ring_cursor(ring)).rotated_at, slot_count
