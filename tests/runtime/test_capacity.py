@@ -72,7 +72,16 @@ async def until(predicate: Callable[[], object], what: str, timeout: float = 30)
 async def running(worker: Worker) -> AsyncIterator[Worker]:
     task = asyncio.create_task(worker.run())
     try:
-        await until(lambda: worker.notifier.listening.is_set() or task.done(), "worker started")
+        await until(
+            lambda: (
+                task.done()
+                or (
+                    worker.started
+                    and (worker.notifier is None or worker.notifier.listening.is_set())
+                )
+            ),
+            "worker started",
+        )
         yield worker
     finally:
         for name in worker.config.queue_names:
