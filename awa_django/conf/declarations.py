@@ -196,7 +196,7 @@ class AwaSettings:
         "when ``DATABASE`` goes through a transaction-mode pooler (its ``DATABASES`` entry "
         "has ``DISABLE_SERVER_SIDE_CURSORS``): everything else then runs through the pooler. "
         "``None``: those sessions use ``DATABASE``; through a pooler, workers poll instead of "
-        "listening, and a worker with maintenance refuses to start (see the poolers how-to).",
+        "listening and elect on the maintenance lease (see the poolers how-to).",
     )
     queues: Mapping[str, QueueConfig] = setting(
         factory=lambda: {DEFAULT_QUEUE: QueueConfig(DEFAULT_QUEUE)},

@@ -15,7 +15,7 @@ instead, ``awa.maintenance_lease`` (``sql/schema/0008_maintenance_lease.sql``):
   a standby takes over at most one lease length later; a leader that stops
   releases the lease, and a standby takes it on its next round;
 * each take increments the lease's generation, and the leader's task runner
-  (:class:`FencedRunner`) checks before every maintenance statement that the
+  (:class:`FencedRunner`) checks before every maintenance operation that the
   lease is still its own at the generation it won.  A leader paused past its
   lease finds on waking that it lost the lead before it runs another task,
   and its next round ends its term.
