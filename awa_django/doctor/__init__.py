@@ -44,7 +44,7 @@ from typing import TypeVar
 import psycopg
 from django.db import DatabaseError, transaction
 
-from ..conf import awa_settings
+from ..conf import AwaSettings, awa_settings
 from ..domain.connections import MAINTENANCE_POOL as MAINTENANCE_POOL
 from ..exceptions import InvalidJob
 from ..storage import doctor as probes
@@ -52,7 +52,7 @@ from ..storage import maintenance as maintenance_store
 from ..storage import runtimes as runtime_store
 from ..storage import substrate
 from ..storage.base import Operation, run
-from ..storage.connection import alias_for, conninfo
+from ..storage.connection import alias_for, conninfo, pooled
 from . import connectivity, fleet, server
 from .connectivity import NOTIFY_TIMEOUT, worker_connections
 from .connectivity import WORKER_POOL_SERVICES as WORKER_POOL_SERVICES
@@ -124,7 +124,11 @@ def diagnose(
         findings += doctor.guard(
             "connections", lambda: connectivity.connections(budget, settings, processes, limits)
         )
-    target = notify_conninfo or conninfo(alias)
+    target = notify_conninfo or listen_conninfo(settings, alias)
+    if target is None:
+        # A pooled alias and no SESSION_DATABASE: the workers poll by design
+        # (D011 reports them); there is no LISTEN to probe.
+        return ordered(findings + doctor.failed)
     try:
         trip = probes.notify_round_trip(target, notify_timeout)
     except psycopg.Error as exc:
@@ -132,6 +136,15 @@ def diagnose(
     else:
         findings += connectivity.notify(trip, target, notify_timeout, settings)
     return ordered(findings + doctor.failed)
+
+
+def listen_conninfo(settings: AwaSettings, alias: str) -> str | None:
+    """Where the workers of ``alias`` LISTEN: ``AWA["SESSION_DATABASE"]``
+    when set, else the alias itself unless it is marked pooled (then they
+    poll: None)."""
+    if settings.session_database is not None:
+        return conninfo(settings.session_database)
+    return None if pooled(alias) else conninfo(alias)
 
 
 def has_errors(findings: list[Finding]) -> bool:

@@ -10,8 +10,9 @@ lock, a temporary table, a ``LISTEN``) is still there for the next client
 to find, and :func:`session_leftovers` reports it.
 
 ``pooled_default`` points Django's ``default`` connection at the pooler for
-one test, so ``enqueue``, ``enqueue_many``, the Tasks backend and every
-other producer path run through it unchanged, then restores it.
+one test, marked pooled (``DISABLE_SERVER_SIDE_CURSORS``), so ``enqueue``,
+``enqueue_many``, the Tasks backend and every other producer path run
+through it unchanged, then restores it.
 
 PgBouncer refuses to run as root; as root (CI), it runs as ``nobody``,
 which owns its directory.  Without the binary the tests skip locally and
@@ -190,11 +191,13 @@ def pooled_default(pgbouncer: PgBouncer) -> Iterator[PgBouncer]:
     saved = (settings["HOST"], settings["PORT"])
     connection.close()
     settings["HOST"], settings["PORT"] = "127.0.0.1", str(pgbouncer.port)
+    settings["DISABLE_SERVER_SIDE_CURSORS"] = True  # marked pooled, as Django advises
     try:
         yield pgbouncer
     finally:
         connection.close()
         settings["HOST"], settings["PORT"] = saved
+        settings["DISABLE_SERVER_SIDE_CURSORS"] = False
 
 
 def session_leftovers(bouncer: PgBouncer, database: str) -> dict[str, list]:

@@ -209,3 +209,24 @@ def test_callbacks_tasks_and_maintenance_through_the_pooler(pooled_default, star
     )
     assert rings["queue"]["prune"]["outcome"] in ("pruned", "already_pruned", "skipped_busy")
     assert_no_leftovers(pooled_default)
+
+
+def test_the_doctor_probes_notify_where_the_workers_listen(pooled_default):
+    """Through the pooler a NOTIFY never reaches the listening client (D002);
+    the doctor's own probe goes where the workers listen -- nowhere for a
+    pooled alias without SESSION_DATABASE (they poll), the direct connection
+    when it is set."""
+    from django.test import override_settings
+
+    from awa_django.doctor import diagnose
+
+    def d002(**kwargs: object) -> list:
+        return [f for f in diagnose(notify_timeout=0.5, **kwargs) if f.code == "awa.D002"]
+
+    [lost] = d002(notify_conninfo=conninfo())  # conninfo(): the pooled alias
+    assert lost.evidence["connection"]["port"] == str(pooled_default.port)
+    assert d002() == []  # polling by design: nothing to probe
+    with override_settings(AWA={"SESSION_DATABASE": "default"}):
+        # A direct alias is what SESSION_DATABASE names; here the test's
+        # only alias stands in for it, so the probe runs, through the pooler.
+        assert d002() != []
