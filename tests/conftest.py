@@ -52,6 +52,10 @@ def examples(full: int) -> int:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if POOLER:
+        for item in items:
+            if item.get_closest_marker("needs_session"):
+                item.add_marker(pytest.mark.skip(reason=NEEDS_SESSION))
     if HEAVY:
         return
     heavy = [item for item in items if item.get_closest_marker("heavy")]
@@ -69,6 +73,48 @@ FAST_RESCUE = {
     "DEADLINE_RESCUE_INTERVAL": 0.2,
     "PROMOTE_INTERVAL": 0.1,
 }
+
+
+#: AWA_TEST_POOLER=1: the suite's Django connection, its worker subprocesses
+#: and its raw connections reach the test database through PgBouncer in
+#: transaction mode (tests/pooler/conftest.py), marked pooled, with no direct
+#: connection: workers poll and elect on the maintenance lease.  Tests that
+#: need a session of their own (LISTEN, a session setting or lock) carry the
+#: ``needs_session`` marker and are skipped then.
+POOLER = os.environ.get("AWA_TEST_POOLER", "") == "1"
+NEEDS_SESSION = (
+    "needs a session of its own (LISTEN/NOTIFY, a session setting or lock), which a "
+    "transaction-mode pooler does not keep (AWA_TEST_POOLER=1)"
+)
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """The test database as pytest-django made it (directly); then, under
+    AWA_TEST_POOLER=1, every connection of the session goes through PgBouncer."""
+    if not POOLER:
+        yield
+        return
+    from tests.pooler.conftest import PgBouncer, server_address
+
+    bouncer = PgBouncer(*server_address(), pool_size=20)
+    bouncer.start()
+    settings = connection.settings_dict
+    saved = (settings["HOST"], settings["PORT"])
+    with django_db_blocker.unblock():
+        connection.close()
+    settings["HOST"], settings["PORT"] = "127.0.0.1", str(bouncer.port)
+    settings["DISABLE_SERVER_SIDE_CURSORS"] = True
+    os.environ["DATABASE_POOLED"] = "1"  # for manage.py subprocesses
+    try:
+        yield
+    finally:
+        with django_db_blocker.unblock():
+            connection.close()
+        settings["HOST"], settings["PORT"] = saved
+        settings["DISABLE_SERVER_SIDE_CURSORS"] = False
+        del os.environ["DATABASE_POOLED"]
+        bouncer.stop()
 
 
 @pytest.fixture

@@ -36,6 +36,7 @@ import psycopg
 import pytest
 from django.db import connections
 
+from awa_django.storage.connection import conninfo
 from tests.reliability.conftest import free_port
 
 #: Parameters PgBouncer itself carries from client to server session, so a
@@ -172,6 +173,27 @@ def server_address() -> tuple[str, int]:
     return host, int(settings.get("PORT") or 5432)
 
 
+def until_server_sessions_end() -> None:
+    """Wait until the test database has no session but this process's own.
+
+    A stopped (or killed) PgBouncer closes its server connections, and their
+    backends exit a moment later; pytest-django drops the database at the
+    end of the run, which fails while one is still there."""
+    own = connections["default"].connection
+    own_pid = own.info.backend_pid if own is not None and not own.closed else 0
+    deadline = time.monotonic() + 30
+    with psycopg.connect(conninfo(), autocommit=True) as conn:
+        while True:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND pid <> pg_backend_pid() AND pid <> %s",
+                [own_pid],
+            ).fetchone()
+            if not row or row[0] == 0 or time.monotonic() > deadline:
+                return
+            time.sleep(0.02)
+
+
 @pytest.fixture
 def pgbouncer(transactional_db) -> Iterator[PgBouncer]:
     bouncer = PgBouncer(*server_address(), pool_size=1)
@@ -180,6 +202,7 @@ def pgbouncer(transactional_db) -> Iterator[PgBouncer]:
         yield bouncer
     finally:
         bouncer.stop()
+        until_server_sessions_end()
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from awa_django import enqueue_many, ops
 from awa_django.storage.connection import conninfo
 from tests.conftest import wait_for
 
-from .conftest import PgBouncer, server_address
+from .conftest import PgBouncer, server_address, until_server_sessions_end
 
 JOBS = 600
 
@@ -79,6 +79,7 @@ def test_a_pooler_killed_and_its_sessions_terminated_lose_nothing(
             assert worker.wait(timeout=30) == 0, worker.output()[-3000:]
     finally:
         bouncer.stop()
+        until_server_sessions_end()
 
     with psycopg.connect(conninfo(), autocommit=True) as conn:
         runs = conn.execute(

@@ -132,7 +132,17 @@ def test_without_one_they_elect_on_the_maintenance_lease(pgbouncer, start_worker
         wait_for(lambda: leaders() == [second], timeout=30)
     finally:
         os.kill(first, signal.SIGCONT)
+
     # Awake again, the old leader finds the lease gone and stays a standby.
+    # Two of its heartbeats after the resume: more than one election round
+    # (1 s) has run in it by then.
+    def seen() -> object:
+        return next(r.last_seen_at for r in ops.list_runtimes() if r.pid == first)
+
+    for _ in range(2):
+        before = seen()
+        wait_for(lambda before=before: seen() > before, timeout=30)
+    assert leaders() == [second]
     workers[first].terminate()
     assert workers[first].wait(timeout=30) == 0
     assert "is no longer the maintenance leader" in workers[first].output()

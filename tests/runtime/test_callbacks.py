@@ -299,6 +299,7 @@ def test_cancel_of_available_and_scheduled_jobs(queue):
         ops.cancel_job(10**15)
 
 
+@pytest.mark.needs_session
 def test_cancel_reaches_the_handler_over_notify_within_a_heartbeat_interval(worker, queue):
     ref = jobs.until_cancelled.using(queue=queue).enqueue()
     worker(slots=1, HEARTBEAT_INTERVAL=30, HEARTBEAT_STALENESS=90)

@@ -95,6 +95,7 @@ def test_bulk_retry_and_purge_by_filter_in_batches(queue):
     assert ops.dlq_retry_all(queue=queue, moved_before=earlier) == 0
 
 
+@pytest.mark.needs_session
 def test_a_retry_is_available_at_once_and_wakes_an_idle_worker(queue, start_worker):
     """No leader and no promotion: the retried job is ready as the call
     returns, and the NOTIFY of its placement wakes a worker whose poll

@@ -218,6 +218,7 @@ def test_running_job_progress_is_visible(queue, start_worker):
     assert worker.wait(timeout=30) == 0
 
 
+@pytest.mark.needs_session
 def test_a_connection_budget_bounds_a_workers_connections(queue, start_worker):
     """MAX_CONNECTIONS_PER_PROCESS = 9 for a worker of one claim loop with
     no maintenance: 5 pool, 1 LISTEN, 3 for the handlers.  Eight sync jobs

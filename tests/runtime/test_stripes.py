@@ -46,6 +46,7 @@ def key_for(queue: str, stripe: int) -> str:
     )
 
 
+@pytest.mark.needs_session
 def test_a_notify_on_any_stripe_wakes_the_worker(queue):
     # Polling once a minute: only the stripes' NOTIFYs answer in time.
     worker = Worker(worker_config(queue, burst=False, poll_interval=60))

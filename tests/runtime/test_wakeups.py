@@ -133,6 +133,7 @@ async def started(workers: Sequence[Worker]) -> None:
         await asyncio.sleep(0.005)
 
 
+@pytest.mark.needs_session
 def test_a_burst_of_notifications_shares_one_claim(queue, monkeypatch):
     # A long debounce (0.5-1.5 s with the jitter) makes the window wide
     # enough that five enqueues 50 ms apart always fall into it; without a
@@ -154,6 +155,7 @@ def test_a_burst_of_notifications_shares_one_claim(queue, monkeypatch):
     assert asyncio.run(main()) == 1
 
 
+@pytest.mark.needs_session
 def test_workers_woken_by_the_same_notify_claim_about_once_per_job(queue):
     # Four workers LISTEN on one queue; jobs arrive one at a time, so every
     # enqueue wakes all four.  Without the back-off each claims: ~4 claims
