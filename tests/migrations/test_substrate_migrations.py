@@ -272,20 +272,16 @@ def _query_areas() -> list[str]:
     return sorted(path.stem for path in folder.glob("*.sql"))
 
 
-@pytest.mark.django_db(transaction=True)
-def test_unapplying_edit_and_retry_drops_only_its_function(reset_awa, queue):
+def assert_unapplying_drops_only(queue: str, target: str, version: int, dropped) -> None:
+    """Migrate back to ``target``: the substrate is at ``version``, exactly the
+    fingerprint lines ``dropped`` selects are gone, a job survives; then
+    forward again to where it was."""
     ref = noop.using(queue=queue).enqueue("kept")
     before = fingerprint()
     try:
-        call_command("migrate", "awa_django", "0005_atomic_closures", verbosity=0)
-        assert run(installed_version()) == 5
-        assert set(before) - set(fingerprint()) == {
-            line
-            for line in before
-            if line.startswith("fn edit_and_retry ")
-            or "maintenance_lease" in line
-            or "runtime_instances.connection_mode" in line
-        }
+        call_command("migrate", "awa_django", target, verbosity=0)
+        assert run(installed_version()) == version
+        assert set(before) - set(fingerprint()) == {line for line in before if dropped(line)}
         from awa_django import ops
 
         assert ops.get_job(ref.id).args == ["kept"]
@@ -293,25 +289,24 @@ def test_unapplying_edit_and_retry_drops_only_its_function(reset_awa, queue):
         call_command("migrate", "awa_django", verbosity=0)
     assert fingerprint() == before
     assert run(installed_version()) == SCHEMA_VERSION
+
+
+def _lease_objects(line: str) -> bool:
+    return "maintenance_lease" in line or "runtime_instances.connection_mode" in line
+
+
+@pytest.mark.django_db(transaction=True)
+def test_unapplying_edit_and_retry_drops_only_its_function(reset_awa, queue):
+    # 0008's objects go too: unapplying 0006 unapplies every later migration.
+    assert_unapplying_drops_only(
+        queue,
+        "0005_atomic_closures",
+        5,
+        lambda line: line.startswith("fn edit_and_retry ") or _lease_objects(line),
+    )
 
 
 @pytest.mark.django_db(transaction=True)
 def test_unapplying_the_maintenance_lease_drops_only_its_objects(reset_awa, queue):
-    ref = noop.using(queue=queue).enqueue("kept")
-    before = fingerprint()
-    assert any(line.startswith("rel maintenance_lease ") for line in before)
-    try:
-        call_command("migrate", "awa_django", "0007_job_window_by_id", verbosity=0)
-        assert run(installed_version()) == 7
-        assert set(before) - set(fingerprint()) == {
-            line
-            for line in before
-            if "maintenance_lease" in line or "runtime_instances.connection_mode" in line
-        }
-        from awa_django import ops
-
-        assert ops.get_job(ref.id).args == ["kept"]
-    finally:
-        call_command("migrate", "awa_django", verbosity=0)
-    assert fingerprint() == before
-    assert run(installed_version()) == SCHEMA_VERSION
+    assert any(line.startswith("rel maintenance_lease ") for line in fingerprint())
+    assert_unapplying_drops_only(queue, "0007_job_window_by_id", 7, _lease_objects)

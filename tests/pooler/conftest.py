@@ -110,18 +110,18 @@ class PgBouncer:
     def url(self, database: str) -> str:
         return f"postgres://postgres@127.0.0.1:{self.port}/{database}"
 
-    def transactions(self, database: str) -> int:
-        """Client transactions PgBouncer has run for ``database`` so far
-        (its admin console's ``SHOW STATS``)."""
+    def show(self, what: str, database: str) -> list[dict]:
+        """The rows of ``database`` in the admin console's ``SHOW <what>``."""
         with psycopg.connect(self.url("pgbouncer"), autocommit=True) as conn:
             cursor = conn.cursor()
-            cursor.execute("SHOW STATS")
+            cursor.execute(f"SHOW {what}")
             columns = [column.name for column in cursor.description or ()]
-            for row in cursor.fetchall():
-                stats = dict(zip(columns, row, strict=True))
-                if stats["database"] == database:
-                    return int(stats["total_xact_count"])
-        return 0
+            rows = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+        return [row for row in rows if row["database"] == database]
+
+    def transactions(self, database: str) -> int:
+        """Client transactions PgBouncer has run for ``database`` so far."""
+        return sum(int(row["total_xact_count"]) for row in self.show("STATS", database))
 
     def start(self) -> None:
         args = [self.binary, "-q", str(self.base / "pgbouncer.ini")]
@@ -146,12 +146,7 @@ class PgBouncer:
 
     def server_pids(self, database: str) -> list[int]:
         """PIDs of the server backends PgBouncer holds for ``database``."""
-        with psycopg.connect(self.url("pgbouncer"), autocommit=True) as conn:
-            cursor = conn.cursor()
-            cursor.execute("SHOW SERVERS")
-            columns = [column.name for column in cursor.description or ()]
-            rows = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
-        return [int(row["remote_pid"]) for row in rows if row["database"] == database]
+        return [int(row["remote_pid"]) for row in self.show("SERVERS", database)]
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
