@@ -53,9 +53,12 @@ def examples(full: int) -> int:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if POOLER:
+        own_pooler = ROOT / "tests" / "pooler"
         for item in items:
             if item.get_closest_marker("needs_session"):
                 item.add_marker(pytest.mark.skip(reason=NEEDS_SESSION))
+            elif own_pooler in item.path.parents:
+                item.add_marker(pytest.mark.skip(reason=OWN_POOLER))
     if HEAVY:
         return
     heavy = [item for item in items if item.get_closest_marker("heavy")]
@@ -86,6 +89,35 @@ NEEDS_SESSION = (
     "needs a session of its own (LISTEN/NOTIFY, a session setting or lock), which a "
     "transaction-mode pooler does not keep (AWA_TEST_POOLER=1)"
 )
+OWN_POOLER = (
+    "starts a PgBouncer of its own in front of the server; runs on the direct legs, "
+    "not under AWA_TEST_POOLER=1"
+)
+
+
+@contextlib.contextmanager
+def unprepared_by_default():
+    """psycopg connections opened without a ``prepare_threshold`` of their own
+    prepare nothing on the server.  The tests' probes (``raw_conn``, the
+    helpers that read the tables) open plain connections; through a
+    transaction-mode pooler the statements psycopg would prepare after five
+    runs land on whichever server session comes next.  awa's own pooled
+    connections pass ``prepare_threshold=None`` themselves (this changes
+    nothing for them), and the pooler suite's worker subprocesses, which this
+    does not reach, show that they do."""
+
+    def unprepared(original: classmethod) -> classmethod:
+        def connect(cls, *args, **kwargs):
+            kwargs.setdefault("prepare_threshold", None)
+            return original.__func__(cls, *args, **kwargs)
+
+        return classmethod(connect)
+
+    with pytest.MonkeyPatch.context() as patch:
+        for cls in (psycopg.Connection, psycopg.AsyncConnection):
+            patch.setattr(cls, "connect", unprepared(cls.__dict__["connect"]))
+        patch.setattr(psycopg, "connect", psycopg.Connection.connect)  # bound at import
+        yield
 
 
 @pytest.fixture(scope="session")
@@ -107,7 +139,8 @@ def django_db_setup(django_db_setup, django_db_blocker):
     settings["DISABLE_SERVER_SIDE_CURSORS"] = True
     os.environ["DATABASE_POOLED"] = "1"  # for manage.py subprocesses
     try:
-        yield
+        with unprepared_by_default():
+            yield
     finally:
         with django_db_blocker.unblock():
             connection.close()

@@ -364,6 +364,22 @@ def session_connections(settings: AwaSettings, database: str | None) -> dict[str
     }
 
 
+def maintenance_config(
+    settings: AwaSettings, database: str | None = None, runtime_id: uuid.UUID | None = None
+) -> MaintenanceConfig:
+    """The maintenance leader of Django's ``database`` alias, on its own
+    (``awa_maintenance``): pooled or direct as the alias is marked, electing
+    on ``AWA["SESSION_DATABASE"]`` when set, on the lease when pooled without it."""
+    session = session_connections(settings, database)
+    return MaintenanceConfig(
+        settings,
+        conninfo(database),
+        runtime_id or uuid.uuid4(),
+        pooled=session["pooled"],
+        election_conninfo=session["session_conninfo"] or "",
+    )
+
+
 def database_conninfo(database: str | None = None) -> str:
     """The libpq string of Django's ``database`` alias, for ``awa_worker``:
     the same as ``ops.conninfo``, without importing the whole operator API

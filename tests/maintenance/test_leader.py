@@ -40,6 +40,7 @@ async def until_leads(leader: Leader, timeout: float) -> float:
     return time.monotonic() - started
 
 
+@pytest.mark.needs_session
 def test_a_silent_leader_is_deposed_and_steps_down_when_it_wakes():
     silent, standby = candidate(), candidate()
 
@@ -62,6 +63,7 @@ def test_a_silent_leader_is_deposed_and_steps_down_when_it_wakes():
     asyncio.run(main())
 
 
+@pytest.mark.needs_session
 def test_a_leader_that_keeps_checking_is_never_deposed():
     leader, standby = candidate(), candidate()
 
@@ -81,6 +83,7 @@ def test_a_leader_that_keeps_checking_is_never_deposed():
     asyncio.run(main())
 
 
+@pytest.mark.needs_session
 def test_without_depose_after_a_standby_waits_for_the_lock():
     silent, standby = candidate(), candidate(depose=None)
 

@@ -84,6 +84,7 @@ def test_a_lease_leader_steps_down_when_its_lease_was_taken(reset_awa):
     assert changes == [True, True, False, False, True, False]
 
 
+@pytest.mark.needs_session  # terminates the backend its connection was given
 def test_a_leader_that_lost_its_connection_renews_the_same_lease(reset_awa):
     """A lost connection ends the term (the leader cannot tell whether it
     still leads), but the next round renews the lease it still holds: no

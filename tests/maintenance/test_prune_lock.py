@@ -31,6 +31,10 @@ from tests.factories import JobFactory
 
 from .test_rings import _cycle_until_target
 
+#: They watch the prune's and the lockers' server backends by pid, on
+#: sessions with their own timeouts: not something a pooled client has.
+pytestmark = pytest.mark.needs_session
+
 QUEUE = "acct"
 
 

@@ -101,6 +101,7 @@ def _candidates(conn) -> int:
     ).fetchone()[0]
 
 
+@pytest.mark.needs_session  # the lock election; the lease's failover: tests/pooler
 def test_leader_failover():
     env = dict(os.environ, DATABASE_URL=database_url(), AWA_SETTINGS_JSON=json.dumps(FAST))
     command = [sys.executable, str(ROOT / "testproject" / "manage.py"), "awa_maintenance"]

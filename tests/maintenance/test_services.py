@@ -11,14 +11,13 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import time
-import uuid
 
 import psycopg
 import pytest
 
 from awa_django.conf import parse_settings
 from awa_django.domain.records import JobInfo
-from awa_django.runtime.config import MaintenanceConfig
+from awa_django.runtime.config import maintenance_config
 from awa_django.runtime.leadership.leader import session_name
 from awa_django.runtime.leadership.maintenance import Maintenance
 from awa_django.storage import SyncRunner
@@ -39,7 +38,7 @@ TICKS = {
 def maintenance(**settings) -> Maintenance:
     parsed, problems = parse_settings({**TICKS, **settings})
     assert not problems, problems
-    return Maintenance(MaintenanceConfig(parsed, conninfo(), uuid.uuid4()))
+    return Maintenance(maintenance_config(parsed))
 
 
 async def until(predicate, timeout: float = 30.0):
@@ -100,6 +99,7 @@ def test_a_producer_holding_a_lane_delays_only_that_lane(reset_awa, queue):
         asyncio.run(scenario())
 
 
+@pytest.mark.needs_session
 def test_a_leader_that_loses_its_session_stops_its_tasks_and_another_takes_over(reset_awa):
     first, second = maintenance(), maintenance()
 
@@ -161,6 +161,7 @@ def test_run_once_needs_and_uses_the_leadership(reset_awa, queue):
     assert results["queue_ring"] == {"rotate": "skipped_idle", "prune": "already_pruned"}
 
 
+@pytest.mark.needs_session
 def test_the_election_session_has_server_side_keepalives(reset_awa):
     leader = maintenance()
 

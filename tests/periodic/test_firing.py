@@ -118,6 +118,7 @@ def test_two_leaders_evaluating_at_once_fire_each_occurrence_once(declare, queue
     assert len(jobs_of(queue)) == 5
 
 
+@pytest.mark.needs_session  # watches the blocked backend by pid
 def test_a_leader_blocked_behind_another_ones_fire_does_not_fire_again(declare, queue):
     tick = declare("*/5 * * * *")
     sync(at("2030-01-01T10:02"))
@@ -143,6 +144,7 @@ def test_a_leader_blocked_behind_another_ones_fire_does_not_fire_again(declare, 
     assert row(tick.name).next_fire_at == at("2030-01-01T10:10")
 
 
+@pytest.mark.needs_session  # terminates its backend by pid
 def test_a_leader_killed_mid_fire_leaves_the_occurrence_to_the_next_one(declare, queue):
     tick = declare("*/5 * * * *")
     sync(at("2030-01-01T10:02"))

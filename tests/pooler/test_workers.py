@@ -17,12 +17,13 @@ import os
 import signal
 
 import psycopg
+from django.test import override_settings
 from testapp import jobs, tasks
 
 from awa_django import enqueue_many, ops
 from awa_django.conf import awa_settings
 from awa_django.doctor import fleet
-from awa_django.runtime.config import build_config
+from awa_django.runtime.config import build_config, maintenance_config
 from awa_django.storage.connection import conninfo
 from tests.conftest import database_url, wait_for
 from tests.tasks.framework import TaskResultStatus
@@ -175,6 +176,17 @@ def test_the_pooled_config_keeps_session_settings_off_the_pooler():
     assert direct.session == direct.conninfo and "jit=off" in direct.conninfo
 
 
+def test_awa_maintenance_elects_as_its_alias_is_marked(pooled_default):
+    """``manage.py awa_maintenance`` (``maintenance_config``): on the lease for
+    a pooled alias alone, on SESSION_DATABASE's session lock when one is set."""
+    leasing = maintenance_config(awa_settings())
+    assert leasing.pooled and leasing.lease_election
+    with override_settings(AWA={"SESSION_DATABASE": "default"}):
+        locking = maintenance_config(awa_settings())
+    assert locking.pooled and not locking.lease_election
+    assert locking.election_conninfo == conninfo()
+
+
 def test_callbacks_tasks_and_maintenance_through_the_pooler(pooled_default, start_worker, queue):
     """A pooled worker with no direct connection (polling, the lease) runs
     the other paths end to end through PgBouncer: a parked job completed by
@@ -226,8 +238,6 @@ def test_the_doctor_probes_notify_where_the_workers_listen(pooled_default):
     the doctor's own probe goes where the workers listen -- nowhere for a
     pooled alias without SESSION_DATABASE (they poll), the direct connection
     when it is set."""
-    from django.test import override_settings
-
     from awa_django.doctor import diagnose
 
     def d002(**kwargs: object) -> list:

@@ -327,6 +327,10 @@ class ClusterWorker:
     def __init__(self, db: AwaDatabase, args: tuple[str, ...], env: Mapping[str, str]) -> None:
         full_env = dict(os.environ)
         full_env["DATABASE_URL"] = db.url
+        # A throwaway cluster is reached directly, even when the test database
+        # is behind a pooler (AWA_TEST_POOLER=1; tests/pooler has the chaos
+        # scenarios through PgBouncer).
+        full_env.pop("DATABASE_POOLED", None)
         full_env.update(env)
         index = len(list(db.cluster.base.glob("worker-*.log")))
         self.log_path = db.cluster.base / f"worker-{index}.log"

@@ -312,6 +312,7 @@ def test_cancel_reaches_the_handler_over_notify_within_a_heartbeat_interval(work
     print(f"cancel -> ctx.is_cancelled() over NOTIFY: {elapsed_ms:.0f} ms")
 
 
+@pytest.mark.needs_session  # the cancel arrives by NOTIFY before the handler parks
 def test_a_callback_racing_a_still_running_handler(worker, queue):
     ref = jobs.register_then_gate.using(queue=queue).enqueue()
     worker(slots=1)

@@ -24,7 +24,12 @@ from testapp.jobs import HOLDS
 from awa_django import ops
 from awa_django.conf import QueueConfig, RateLimit, awa_settings
 from awa_django.exceptions import InvalidJob
-from awa_django.runtime.config import OVERRIDE_REFRESH_INTERVAL, WorkerConfig, build_config
+from awa_django.runtime.config import (
+    OVERRIDE_REFRESH_INTERVAL,
+    WorkerConfig,
+    build_config,
+    session_connections,
+)
 from awa_django.runtime.process.worker import Worker
 from awa_django.storage import AsyncRunner
 from awa_django.storage.connection import conninfo
@@ -97,7 +102,13 @@ def weighted(limit: int, **queues: dict) -> WorkerConfig:
         global_max_workers=limit,
         queues={name: QueueConfig(name, **options) for name, options in queues.items()},
     )
-    return build_config(settings, conninfo(), queues=list(queues), maintenance=False)
+    return build_config(
+        settings,
+        conninfo(),
+        queues=list(queues),
+        maintenance=False,
+        **session_connections(settings, None),
+    )
 
 
 # --- weighted mode -----------------------------------------------------------------

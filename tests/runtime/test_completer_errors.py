@@ -59,6 +59,7 @@ async def with_runner(scenario, **options: str):
         return await scenario(AsyncRunner(pool))
 
 
+@pytest.mark.needs_session  # the timeout is a session setting of the pool
 def test_a_statement_timeout_is_not_retried_forever_the_batch_is_split(queue, quick_retries):
     """One attempt's claim row is locked by someone else: its close times out
     every time.  After its retries the batch is split: its batch-mate
@@ -124,6 +125,7 @@ def test_a_closure_the_database_refuses_is_replaced_by_its_fallback(queue):
     assert error["type"] == UNSTORABLE and "retryable outcome" in error["message"]
 
 
+@pytest.mark.needs_session  # the timeout is a session setting of the pool
 @pytest.mark.parametrize("setting", ["statement_timeout", "lock_timeout"])
 def test_a_timeout_that_passes_does_not_fail_a_job_that_succeeded(queue, setting):
     """A row lock held for a while makes the close time out (57014 or 55P03);

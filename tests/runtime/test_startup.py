@@ -154,7 +154,10 @@ from django.conf import settings
 # what the admin or other apps import on their own.
 settings.configure(
     INSTALLED_APPS=["awa_django"],
-    DATABASES={"default": environ.Env.db_url_config(os.environ["DATABASE_URL"])},
+    DATABASES={"default": {
+        **environ.Env.db_url_config(os.environ["DATABASE_URL"]),
+        "DISABLE_SERVER_SIDE_CURSORS": os.environ.get("DATABASE_POOLED") == "1",
+    }},
     USE_TZ=True,
 )
 django.setup()

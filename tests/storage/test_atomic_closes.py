@@ -146,6 +146,7 @@ def test_an_exclusive_closer_of_the_batch_waits_for_an_open_atomic_close(queue, 
 # --- one item: closed at most once ---------------------------------------------------
 
 
+@pytest.mark.needs_session  # watches the second closer's server backend by pid
 @pytest.mark.parametrize("first_ends", ["commit", "rollback"])
 def test_two_atomic_closes_of_one_item_take_turns(queue, sessions, first_ends):
     setup, first, second = sessions

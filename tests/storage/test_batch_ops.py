@@ -14,7 +14,6 @@ import asyncio
 import datetime as dt
 import json
 import time
-import uuid
 
 import psycopg
 import pytest
@@ -23,7 +22,7 @@ from django.db import connections
 
 from awa_django import InvalidJob, JobNotFound, ops
 from awa_django.conf import parse_settings
-from awa_django.runtime.config import MaintenanceConfig
+from awa_django.runtime.config import maintenance_config
 from awa_django.runtime.leadership.maintenance import BATCH_OP_CHUNK, Maintenance
 from awa_django.storage import SyncRunner, attempts
 from awa_django.storage import batch_ops as batch_store
@@ -101,7 +100,7 @@ def scheduled(queue: str) -> dict[int, int]:
 def maintenance() -> Maintenance:
     parsed, problems = parse_settings({})
     assert not problems
-    return Maintenance(MaintenanceConfig(parsed, conninfo(), uuid.uuid4()))
+    return Maintenance(maintenance_config(parsed))
 
 
 def apply() -> int:

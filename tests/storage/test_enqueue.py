@@ -150,10 +150,11 @@ def test_later_producer_waits_and_reader_never_sees_n_plus_1_before_n(queue, res
     def second() -> None:
         try:
             first_enqueued.wait(30)
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_backend_pid()")
-                pids["second"] = cursor.fetchone()[0]
             with transaction.atomic():
+                # In the transaction: behind a pooler, its server session.
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_backend_pid()")
+                    pids["second"] = cursor.fetchone()[0]
                 ids["second"] = noop.using(queue=queue).enqueue("second").id
             second_done.set()
         finally:
@@ -263,6 +264,7 @@ def test_enqueue_many_rejects_unprepared_items(db):
         awa_django.enqueue_many([("not", "prepared")])
 
 
+@pytest.mark.needs_session  # LISTEN
 @pytest.mark.django_db(transaction=True)
 def test_enqueue_sends_notify_on_commit_only(queue, reset_awa, raw_conn):
     from awa_django.storage.notify import queue_channel

@@ -13,7 +13,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from awa_django import ops
 from awa_django.conf import awa_settings, unimplemented_settings
 from awa_django.management.options import add_database_argument
-from awa_django.runtime.config import MaintenanceConfig, session_connections
+from awa_django.runtime.config import maintenance_config
 from awa_django.runtime.leadership.maintenance import Maintenance
 
 from .awa_worker import _default_logging
@@ -33,13 +33,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         settings = awa_settings()
         database = options["database"] or settings.database
-        session = session_connections(settings, database)
-        config = MaintenanceConfig(
-            settings,
-            ops.conninfo(database),
-            pooled=session["pooled"],
-            election_conninfo=session["session_conninfo"] or "",
-        )
+        config = maintenance_config(settings, database)
         _default_logging(options["verbosity"])
         for problem in unimplemented_settings(settings):
             logging.getLogger("awa_django.maintenance").warning("%s", problem)
