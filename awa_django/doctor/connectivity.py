@@ -113,8 +113,10 @@ def notify(
             "loop finds them on its next poll (QUEUES[...]['poll_interval'], 0.2 s by "
             "default), so jobs still run, later, and idle workers query more. A "
             "transaction-mode pooler (PgBouncer pool_mode = transaction, and most managed "
-            "'transaction' pools) drops notifications and session state: point the "
-            "workers' database alias at PostgreSQL itself or at a session-mode pool. The "
-            "maintenance leader's session advisory lock needs a real session too.",
+            "'transaction' pools) drops notifications and session state: mark the alias "
+            "pooled (DISABLE_SERVER_SIDE_CURSORS) and name a direct connection in "
+            "AWA['SESSION_DATABASE'] for LISTEN and the election, or point the workers' "
+            "alias at PostgreSQL itself or at a session-mode pool. See the how-to 'Run "
+            "behind a connection pooler'.",
         )
     ]
