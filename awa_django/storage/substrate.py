@@ -29,7 +29,7 @@ from .base import Execute, Steps, operation, single
 # once (0003_dlq_retry_ready), 4 adds the search by arguments (0004_args_search),
 # 5 the atomic handlers' close, awa.complete_receipt (0005_atomic_closures),
 # 6 the edit and retry of a job (0006_edit_and_retry).
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 
 class RunAwaSQL(migrations.RunSQL):

@@ -25,6 +25,14 @@
 -- closing the new one.  awa.queues_have_work answers a burst worker's
 -- "anything left?" without claiming.
 
+-- Schema version 9 plans the claim's last two statements (the claim batch
+-- row and the rows it returns) once per session instead of on each call:
+-- they read no ring partition, so a generic plan locks nothing more
+-- (migration 0009_claim_tail_plans runs this file again).
+SET LOCAL client_min_messages = warning;
+SELECT pg_advisory_xact_lock(hashtext('awa_django.substrate'));
+UPDATE awa.substrate_info SET schema_version = GREATEST(schema_version, 9);
+
 -- Any work for these queues: claimable segments, open receipts, due
 -- deferred jobs, and held jobs (they run once a slot frees).
 CREATE OR REPLACE FUNCTION awa.queues_have_work(p_queues text[]) RETURNS boolean
@@ -377,6 +385,11 @@ BEGIN
     IF cardinality(a_ids) = 0 THEN
         RETURN;
     END IF;
+    -- The batch row goes to one claim ring partition, chosen as it is
+    -- routed (a generic plan locks only the parent until then), and the
+    -- rows returned come from the arrays: planned once, about 0.1 ms a
+    -- claim saved.
+    PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
     IF v_batch IS NULL THEN
         SELECT r.slot INTO v_claim_slot
           FROM awa.claim_ring_rotations r ORDER BY r.generation DESC LIMIT 1;
