@@ -28,7 +28,7 @@
 -- Schema version 9 plans the claim's last two statements (the claim batch
 -- row and the rows it returns) once per session instead of on each call:
 -- they read no ring partition, so a generic plan locks nothing more
--- (migration 0009_claim_tail_plans runs this file again).
+-- (migration 0009_cached_plans runs this file again).
 SET LOCAL client_min_messages = warning;
 SELECT pg_advisory_xact_lock(hashtext('awa_django.substrate'));
 UPDATE awa.substrate_info SET schema_version = GREATEST(schema_version, 9);

@@ -19,6 +19,10 @@
 -- per lane with awa.reserve_ready_batch / awa.reserve_ready_run and write
 -- the rows themselves.
 --
+-- Schema version 9 gives awa.enqueue_shards and awa.queue_ring_cursor
+-- (rings.sql) PL/pgSQL bodies, so a single enqueue plans nothing after the
+-- first in a session (migration 0009_cached_plans runs both files again).
+--
 -- Unique jobs.  awa.enqueue_unique takes a claim on the key (a hash the
 -- producer computes) in awa.unique_claims.  The claim names its job and the
 -- states in which it holds, and lapses by itself once the job leaves those
@@ -27,6 +31,10 @@
 -- uniqueness.  A duplicate never raises: the holder's id comes back and
 -- nothing is written, so the producer's transaction stays usable.
 -- Producers of one key serialise on its claim row.
+
+SET LOCAL client_min_messages = warning;
+SELECT pg_advisory_xact_lock(hashtext('awa_django.substrate'));
+UPDATE awa.substrate_info SET schema_version = GREATEST(schema_version, 9);
 
 CREATE TABLE IF NOT EXISTS awa.unique_claims (
     unique_key text        PRIMARY KEY,
@@ -63,9 +71,14 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     END)::smallint
 $$;
 
+-- PL/pgSQL for the reason awa.queue_ring_cursor is (rings.sql): a SQL
+-- function with a subquery is not inlined, so it would be planned again on
+-- every enqueue.
 CREATE OR REPLACE FUNCTION awa.enqueue_shards(p_queue text) RETURNS integer
-LANGUAGE sql STABLE AS $$
-    SELECT COALESCE((SELECT m.enqueue_shards FROM awa.queue_meta m WHERE m.queue = p_queue), 1)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN COALESCE((SELECT m.enqueue_shards FROM awa.queue_meta m WHERE m.queue = p_queue), 1);
+END
 $$;
 
 -- Reserve p_count consecutive sequence numbers on a lane and return the first.

@@ -499,9 +499,16 @@ BEGIN
 END
 $$;
 
+-- The queue ring's current slot.  PL/pgSQL, not SQL: every single-job
+-- enqueue asks, each in a transaction of its own, and a SQL function that
+-- cannot be inlined (this one returns a record) is parsed and planned
+-- again on each call, where PL/pgSQL keeps its plan for the session.
 CREATE OR REPLACE FUNCTION awa.queue_ring_cursor(OUT slot smallint, OUT generation bigint)
-LANGUAGE sql STABLE AS $$
-    SELECT r.slot, r.generation FROM awa.queue_ring_rotations r ORDER BY r.generation DESC LIMIT 1
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    SELECT r.slot, r.generation INTO slot, generation
+      FROM awa.queue_ring_rotations r ORDER BY r.generation DESC LIMIT 1;
+END
 $$;
 
 CREATE OR REPLACE FUNCTION awa.ring_lock_key(p_ring text) RETURNS bigint
