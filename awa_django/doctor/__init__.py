@@ -46,6 +46,7 @@ from django.db import DatabaseError, transaction
 
 from ..conf import AwaSettings, awa_settings
 from ..domain.connections import MAINTENANCE_POOL as MAINTENANCE_POOL
+from ..domain.connections import WORKER_POOL_SERVICES as WORKER_POOL_SERVICES
 from ..exceptions import InvalidJob
 from ..storage import doctor as probes
 from ..storage import maintenance as maintenance_store
@@ -55,7 +56,6 @@ from ..storage.base import Operation, run
 from ..storage.connection import alias_for, conninfo, pooled
 from . import connectivity, fleet, server
 from .connectivity import NOTIFY_TIMEOUT, worker_connections
-from .connectivity import WORKER_POOL_SERVICES as WORKER_POOL_SERVICES
 from .findings import DEFAULT_LIMITS, NOTIFY_UNREACHABLE, Finding, Limits, ordered, probe_failed
 from .findings import SEVERITIES as SEVERITIES
 from .findings import Severity as Severity

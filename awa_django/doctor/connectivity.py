@@ -11,7 +11,6 @@ from psycopg.conninfo import conninfo_to_dict
 
 from ..conf import AwaSettings
 from ..domain.connections import MAINTENANCE_POOL
-from ..domain.connections import WORKER_POOL_SERVICES as WORKER_POOL_SERVICES
 from ..runtime.config import build_config
 from ..storage import doctor as probes
 from .findings import Finding, Limits, Severity

@@ -27,6 +27,7 @@ a statement already in flight when a leader was replaced is safe to finish
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any, TypeVar
 
@@ -102,12 +103,10 @@ class LeaseLeader(Leader):
     async def _release(self) -> None:
         generation = self.generation
         if generation is not None and self._conn is not None and not self._conn.closed:
-            try:
+            with contextlib.suppress(psycopg.Error):  # it expires by itself
                 await AsyncRunner(self._conn)(
                     store.release_lease(self.config.runtime_id, generation)
                 )
-            except psycopg.Error:
-                pass  # it expires by itself
         self.generation = self._resume = None
 
 
