@@ -38,7 +38,42 @@ def test_short_handlers_are_run_by_few_threads():
         return await asyncio.gather(*(threads.submit(abs, -n) for n in range(2000)))
 
     assert _run(scenario()) == list(range(2000))
-    assert 1 <= len(threads._threads) <= 16
+    # A check that runs while the threads wait for the GIL (or a core) sees
+    # nothing finish and doubles them; a thread per job would be 512.
+    assert 1 <= len(threads._threads) <= 32
+    threads.shutdown()
+
+
+async def _until(condition, timeout=10.0):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition never held"
+        await asyncio.sleep(0.001)
+
+
+def test_a_stall_doubles_the_threads_instead_of_one_per_waiting_job():
+    """What a check sees when a thread only waited for the GIL: one awake
+    thread inside a handler, nothing finished, 100 jobs waiting.  It wakes one
+    more thread (it used to wake 100); stalls that go on keep doubling, up to
+    one thread per waiting job."""
+    threads = HandlerThreads(64)
+    threads.CHECK_INTERVAL = 3600  # the test runs each check itself
+    release = threading.Event()
+
+    async def scenario():
+        blocked = [threads.submit(release.wait, 20)]
+        await _until(lambda: threads._running == 1)
+        waiting = [threads.submit(release.wait, 20) for _ in range(39)]
+        seen = [len(threads._threads)]
+        while len(threads._work):
+            threads._check_backlog()
+            await _until(lambda: threads._running == threads._awake or not threads._work)
+            seen.append(len(threads._threads))
+        release.set()
+        await asyncio.gather(*blocked, *waiting)
+        return seen
+
+    assert _run(scenario()) == [1, 2, 4, 8, 16, 32, 40]
     threads.shutdown()
 
 

@@ -10,12 +10,15 @@ a submitted job wakes a parked thread only when no awake thread is free to
 take it, and threads that finish a job take the next one without sleeping.
 Whether more threads would help is then decided on the event loop, every
 ``CHECK_INTERVAL`` while work is waiting: when no handler finished since
-the last check, the awake threads are stuck in slow handlers and a thread
-is woken for every waiting job; when handlers finish but too slowly to clear
-what waits, the awake threads are doubled, for as long as that raises how
-many finish (handlers bound by the GIL stop the growth until the burst is
-over).  At worst -- handlers that look stuck only because the loop held
-the GIL -- every waiting job gets a thread, as it did before.
+the last check, the awake threads are stuck in slow handlers and as many
+again are woken (up to one per waiting job), so 512 blocked handlers have
+their threads within ten checks; when handlers finish but too slowly to
+clear what waits, the awake threads are doubled too, for as long as that
+raises how many finish (handlers bound by the GIL stop the growth until the
+burst is over).  Doubling rather than a thread per waiting job at once
+matters when handlers only look stuck: a check that ran while the handler
+threads waited for the GIL (or for a core, on a busy box) once woke a
+thread for each of 2,000 no-op jobs.
 
 Finished results go to a shared list and wake the loop only when that list
 was empty, so a burst of short jobs costs one wake-up.  Each thread closes
@@ -146,9 +149,11 @@ class HandlerThreads:
                 if finished == 0:
                     if free == 0:
                         # Every awake thread is inside a handler that has not
-                        # returned: one thread for each job waiting.  (A free
-                        # thread is about to take one: nothing to do yet.)
-                        self._wake(waiting)
+                        # returned: twice the threads, up to one per waiting
+                        # job.  (A free thread is about to take one: nothing
+                        # to do yet.)  Not one per job at once: a thread that
+                        # only waited for the GIL looks the same for a check.
+                        self._wake(min(waiting, max(self._awake, 1)))
                 elif waiting > finished:
                     if grew and finished <= rate * _GAIN:
                         # The threads added last time did not finish more
