@@ -16,7 +16,15 @@ from .domain.descriptors import Descriptor
 from .domain.partitioned import PartitionedQueue
 from .domain.records import EnqueuedJob, JobInfo, PreparedJob
 from .domain.unique import Unique
-from .exceptions import CallbackNotFound, InvalidJob, JobNotFound, QueueFull, UniqueConflict
+from .exceptions import (
+    CallbackNotFound,
+    EncryptionError,
+    EncryptionKeyMissing,
+    InvalidJob,
+    JobNotFound,
+    QueueFull,
+    UniqueConflict,
+)
 from .jobs import ContextJob, Job, job
 from .outcomes import Cancel, RetryAfter, Snooze, TerminalError, WaitForCallback
 
@@ -112,6 +120,8 @@ __all__ = [
     "Cancel",
     "ContextJob",
     "Descriptor",
+    "EncryptionError",
+    "EncryptionKeyMissing",
     "EnqueuedJob",
     "InvalidJob",
     "Job",

@@ -295,3 +295,79 @@ def check_doctor(
         for finding in diagnose(alias)
         if finding.code not in _REPORTED_ELSEWHERE
     ]
+
+
+def _encrypted_kinds_and_queues(parsed: AwaSettings) -> list[str]:
+    """What asks for encryption: queues with ``encrypt`` and registered
+    ``@job(encrypt=True)`` kinds (by name, for the message)."""
+    from .jobs import registry
+
+    asked = [f"queue {name!r}" for name, queue in parsed.queues.items() if queue.encrypt]
+    return asked + [f"job kind {job.kind!r}" for job in registry if job.encrypt]
+
+
+@register(APP_LABEL, Tags.security)
+def check_encryption(
+    app_configs: Sequence[AppConfig] | None = None,
+    databases: Sequence[str] | None = None,
+    **kwargs: Any,
+) -> list[CheckMessage]:
+    """E006: encryption is asked for without a key or without the ``crypto``
+    extra.  With ``--database`` (``migrate`` too), E007: a key id that stored
+    jobs still need is not in ``ENCRYPTION_KEYS`` -- a key dropped too soon,
+    whose jobs no worker could open."""
+    parsed, errors = _parsed()
+    if errors:
+        return []
+    messages: list[CheckMessage] = []
+    asked = _encrypted_kinds_and_queues(parsed)
+    if asked and parsed.encryption_keys:
+        try:
+            importlib.import_module("cryptography.fernet")
+        except ImportError:
+            messages.append(
+                Error(
+                    f"{', '.join(asked)} asks for encryption, but the cryptography package "
+                    "is not installed",
+                    hint="pip install 'awa-django[crypto]'",
+                    id="awa_django.E006",
+                )
+            )
+    elif asked:
+        messages.append(
+            Error(
+                f"{', '.join(asked)} asks for encryption, but AWA['ENCRYPTION_KEYS'] is not set",
+                hint="Generate a key with python -c 'from cryptography.fernet import Fernet; "
+                "print(Fernet.generate_key().decode())' and list it in AWA['ENCRYPTION_KEYS'] "
+                "(read it from the environment, e.g. with django-environ).",
+                id="awa_django.E006",
+            )
+        )
+    alias = parsed.database
+    if not databases or alias not in databases:
+        return messages
+    from . import ops
+
+    try:
+        version = run(substrate.installed_version(), alias)
+        if version is None or version < substrate.SCHEMA_VERSION:
+            return messages  # the substrate check reports it
+        usages = ops.key_status(database=alias)
+    except DatabaseError as exc:
+        return [
+            *messages,
+            Error(f"could not read the stored encryption key ids: {exc}", id="awa_django.E007"),
+        ]
+    for usage in usages:
+        if usage.missing:
+            where = ", ".join(f"{n} {place}" for place, n in usage.jobs.items() if n)
+            messages.append(
+                Error(
+                    f"stored jobs need encryption key id {usage.key_id} ({where}), which "
+                    "AWA['ENCRYPTION_KEYS'] does not hold: no worker could open them",
+                    hint="Put the key back in ENCRYPTION_KEYS (after the sealing one) until "
+                    "`manage.py awa_keys status` shows no job needs it.",
+                    id="awa_django.E007",
+                )
+            )
+    return messages

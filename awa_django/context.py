@@ -17,9 +17,10 @@ import threading
 import uuid
 from typing import Any, Protocol
 
+from .domain import sealing
 from .domain.payload import to_json
 from .domain.pgtext import clean_value, json_is_clean
-from .exceptions import InvalidJob
+from .exceptions import EncryptionError, InvalidJob
 
 
 class AttemptControl(Protocol):
@@ -62,6 +63,7 @@ class JobContext:
         "_control_source",
         "_progress_lock",
         "_progress_version",
+        "_sealed",
         "attempt",
         "claim_nonce",
         "job_id",
@@ -91,6 +93,7 @@ class JobContext:
         control: AttemptControl | None = None,
         control_source: ControlSource | None = None,
         control_job: Any = None,
+        sealed: bool = False,
     ) -> None:
         self.job_id = job_id
         self.kind = kind
@@ -115,6 +118,8 @@ class JobContext:
         self._cancelled = False
         self._progress_lock: threading.Lock | None = None
         self._progress_version = 0
+        # The job's payload is sealed: so is the progress it writes.
+        self._sealed = sealed
 
     def __repr__(self) -> str:
         return (
@@ -229,7 +234,19 @@ class JobContext:
         with self._lock():
             if self.progress is None:
                 return self._progress_version, None
-            return self._progress_version, to_json(self.progress, "progress")
+            text = to_json(self.progress, "progress")
+            if self._sealed:
+                return self._progress_version, _sealed_progress(text)
+            return self._progress_version, text
+
+
+def _sealed_progress(text: str) -> str | None:
+    """A sealed job's progress sealed; None (keep what was recorded) when
+    this process has no key -- it could not have opened the arguments."""
+    try:
+        return sealing.keyring().seal_json(text)
+    except EncryptionError:
+        return None
 
 
 def _seconds(value: float) -> float:

@@ -197,6 +197,13 @@ class PeriodicJob:
         if not isinstance(self.kwargs, Mapping):
             raise InvalidJob(f"kwargs must be a dict, got {self.kwargs!r}")
         args, kwargs = tuple(self.args), dict(self.kwargs)
+        queue = self.queue if self.queue is not None else self.job.queue
+        if self.job.encrypt or awa_settings().queue(queue).encrypt:
+            raise InvalidJob(
+                f"periodic schedule {self.name!r}: {self.job.kind} on queue {queue!r} is "
+                "encrypted (@job(encrypt=True) or the queue's encrypt option), which schedules "
+                "do not support yet"
+            )
         self.job.check_arguments(args, kwargs)
         args_json, kwargs_json = encode_arguments(args, kwargs, awa_settings().max_payload_bytes)
         object.__setattr__(self, "args", args)

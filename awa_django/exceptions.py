@@ -50,3 +50,24 @@ class QueueFull(AwaError):  # noqa: N818 - public name, part of the API contract
         self.max_depth = max_depth
         self.waited = waited
         self.paused = paused
+
+
+class EncryptionError(AwaError):
+    """A job's payload cannot be sealed or opened: no ``AWA["ENCRYPTION_KEYS"]``,
+    the ``crypto`` extra is missing, a sealed value was altered, or an
+    operation needs plain arguments of an encrypted job (unique by
+    arguments, argument search).  When raised by an enqueue, nothing was
+    written."""
+
+
+class EncryptionKeyMissing(EncryptionError, LookupError):  # noqa: N818 - public name
+    """A sealed value names a key that ``AWA["ENCRYPTION_KEYS"]`` of this
+    process does not hold (``key_id``: the id stored with the value; the
+    key itself is never stored)."""
+
+    def __init__(self, key_id: str) -> None:
+        super().__init__(
+            f"this job's payload is sealed with key id {key_id}, which AWA['ENCRYPTION_KEYS'] "
+            "of this process does not hold (see `manage.py awa_keys status`)"
+        )
+        self.key_id = key_id

@@ -43,7 +43,7 @@ from .context import JobContext
 from .domain import clock, concurrency
 from .domain.descriptors import Descriptor, first_line
 from .domain.options import CallOptions, JobOptions
-from .domain.payload import check_kind, check_metadata_size, encode_arguments
+from .domain.payload import check_kind, check_metadata_size, encode_arguments, seal_arguments
 from .domain.records import EnqueuedJob, PreparedJob
 from .domain.unique import Unique as Unique  # documented as awa_django.jobs.Unique
 from .exceptions import InvalidJob
@@ -135,8 +135,12 @@ class JobCall(Generic[P, R]):
         if options.run_in is not None:
             run_at = clock.now() + dt.timedelta(seconds=options.run_in)
         job.check_arguments(args, kwargs)
-        limit = awa_settings().max_payload_bytes
+        settings = awa_settings()
+        limit = settings.max_payload_bytes
         args_json, kwargs_json = encode_arguments(args, kwargs, limit)
+        unique = self._unique_claim(args_json, kwargs_json)
+        if options.encrypt or job.encrypt or settings.queue(options.queue).encrypt:
+            args_json, kwargs_json = seal_arguments(args_json, kwargs_json, limit, options.unique)
         key = options.concurrency_key or concurrency.resolve_key(job.concurrency_key, args, kwargs)
         metadata_json = options.stored_metadata(
             key,
@@ -156,7 +160,7 @@ class JobCall(Generic[P, R]):
             run_at,
             options.stored_ordering_key,
             options.database,
-            *self._unique_claim(args_json, kwargs_json),
+            *unique,
             depends_on=options.depends_on,
             on_dependency_failure=options.on_dependency_failure,
         )
@@ -214,6 +218,7 @@ class Job(Generic[P, R]):
         atomic: bool = False,
         concurrency_key: concurrency.KeySource | None = None,
         concurrency_limit: int | None = None,
+        encrypt: bool = False,
     ) -> None:
         if not callable(func):
             raise InvalidJob(f"@job needs a function, got {func!r}")
@@ -244,6 +249,8 @@ class Job(Generic[P, R]):
         #: Per-key concurrency (see ``@job``): a key, or a callable of the call's arguments.
         self.concurrency_key = concurrency.check_key_source(concurrency_key)
         self.concurrency_limit = concurrency.check_limit(concurrency_limit)
+        #: Seal the arguments and what attempts write back (see ``@job``).
+        self.encrypt = bool(encrypt)
         self.signature = inspect.signature(func)
         self._fitting_shapes: set[tuple[int, frozenset[str]]] = set()
         self._default_call: JobCall[P, R] = JobCall(self, self.defaults)
@@ -325,6 +332,7 @@ class JobDeclaration(TypedDict, total=False):
     atomic: bool
     concurrency_key: str | Callable[..., str | None] | None
     concurrency_limit: int | None
+    encrypt: bool
 
 
 # Three overloads because what ``@job`` returns depends on how it is used:
@@ -392,6 +400,12 @@ def job(
     at most N attempts of one key run at once across the whole fleet;
     ``.using(concurrency_key=..., concurrency_limit=...)`` sets them per call
     (see the concurrency-keys how-to).
+
+    ``encrypt=True`` seals the arguments with ``AWA["ENCRYPTION_KEYS"]``
+    before they reach PostgreSQL, and what the attempts write back (return
+    value, progress, error messages and tracebacks); only a process holding
+    the key opens them (see the encryption how-to).  Unique jobs by
+    arguments are refused for such a kind.
     """
 
     for name in declaration:

@@ -110,6 +110,7 @@ class Job(ReadOnlyModel):
     class Meta(ReadOnlyModel.Meta):
         db_table = 'awa"."jobs'
         ordering = ("-id",)
+        permissions = (("view_job_arguments", "Can see the decrypted arguments of encrypted jobs"),)
 
     def __str__(self) -> str:
         return f"{self.kind or 'job'} #{self.id}"

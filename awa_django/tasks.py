@@ -51,7 +51,10 @@ Backend ``OPTIONS`` set awa policy for the backend's tasks:
 ``max_attempts`` (default 25), ``unique`` (the arguments of
 :class:`awa_django.Unique` as a dict: a duplicate enqueue raises
 ``UniqueConflict``) and ``dlq`` (True or False: a task that fails for good
-goes to the dead-letter queue, or not, whatever its queue's setting).
+goes to the dead-letter queue, or not, whatever its queue's setting) and
+``encrypt`` (True: the tasks' arguments, return values and errors are
+sealed with ``AWA["ENCRYPTION_KEYS"]``, see the encryption how-to;
+``get_result`` opens them where the key is configured).
 ``manage.py check`` reports unknown keys and bad values (on Django 5.2 with
 ``"django_tasks"`` in ``INSTALLED_APPS``, which runs the backport's checks).
 """
@@ -77,6 +80,7 @@ from .context import JobContext
 from .domain.descriptors import Descriptor, first_line
 from .domain.payload import check_max_attempts, check_queue
 from .domain.records import JobInfo
+from .domain.sealing import is_sealed, open_info
 from .domain.unique import Unique
 from .exceptions import InvalidJob
 from .jobs import DEFINED_IN, Job, registry
@@ -105,7 +109,7 @@ R = TypeVar("R")
 TASK_KEY = "django_task"
 
 #: The ``OPTIONS`` an :class:`AwaBackend` accepts.
-OPTION_KEYS = ("max_attempts", "unique", "dlq")
+OPTION_KEYS = ("max_attempts", "unique", "dlq", "encrypt")
 
 _STATUS = {
     "available": TaskResultStatus.READY,
@@ -139,7 +143,12 @@ def parse_options(options: object) -> tuple[dict[str, Any], list[str]]:
     if not isinstance(options, Mapping):
         return {}, [f"OPTIONS must be a dict, got {type(options).__name__}"]
     problems: list[str] = []
-    parsed: dict[str, Any] = {"max_attempts": DEFAULT_MAX_ATTEMPTS, "unique": None, "dlq": None}
+    parsed: dict[str, Any] = {
+        "max_attempts": DEFAULT_MAX_ATTEMPTS,
+        "unique": None,
+        "dlq": None,
+        "encrypt": False,
+    }
     for key in options:
         if key not in OPTION_KEYS:
             close = difflib.get_close_matches(str(key), OPTION_KEYS, n=1)
@@ -165,6 +174,11 @@ def parse_options(options: object) -> tuple[dict[str, Any], list[str]]:
             parsed["dlq"] = options["dlq"]
         else:
             problems.append(f"OPTIONS['dlq'] must be True or False, got {options['dlq']!r}")
+    if options.get("encrypt") is not None:
+        if isinstance(options["encrypt"], bool):
+            parsed["encrypt"] = options["encrypt"]
+        else:
+            problems.append(f"OPTIONS['encrypt'] must be True or False, got {options['encrypt']!r}")
     return parsed, problems
 
 
@@ -237,6 +251,7 @@ class AwaBackend(BaseTaskBackend):
                 run_at=run_at,
                 max_attempts=self.awa_options["max_attempts"],
                 unique=self.awa_options["unique"],
+                encrypt=self.awa_options["encrypt"],
                 metadata={DEFINED_IN: task.func.__module__, TASK_KEY: described},
             )
             .enqueue(*args, **kwargs)
@@ -347,6 +362,8 @@ def result_of(info: JobInfo, task: Task[..., Any] | None = None) -> TaskResult[.
     (``task``: the task it runs, when the caller has it)."""
     if task is None:
         task = _task_of(info, info.metadata[TASK_KEY])
+    if is_sealed(info.kwargs):  # an encrypted task's: its owner reads it
+        info = open_info(info)
     status = _STATUS[info.state]
     result: TaskResult[..., Any] = TaskResult(
         task=task,

@@ -21,6 +21,7 @@ from ..models import Job
 from . import job_actions
 from .base import ConsoleAdmin, parse_id
 from .filters import KindFilter, QueueFilter
+from .sealed import sealed_error
 
 #: Entries shown (newest moved first); the filter narrows, bulk actions
 #: "on everything matching" reach past it.
@@ -69,7 +70,7 @@ class DeadLetterAdmin(ConsoleAdmin):
 
         return {
             "title": "Dead letters",
-            "entries": [(e, (e.errors[-1] if e.errors else {})) for e in entries],
+            "entries": [(e, (sealed_error(e.errors[-1]) if e.errors else {})) for e in entries],
             "matching": matching,
             "queue": queue,
             "kind": kind,

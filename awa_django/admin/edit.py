@@ -30,6 +30,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path
 
 from .. import ops
+from ..domain import sealing
 from ..domain.records import JobInfo
 from ..exceptions import InvalidJob, JobNotFound
 from ..models import Job
@@ -79,6 +80,7 @@ class EditAndRetryMixin(ConsoleAdmin):
     def may_edit(self, request: HttpRequest, job: JobInfo) -> bool:
         return (
             job.state in EDITABLE
+            and not sealing.is_sealed(job.kwargs)  # sealed arguments are not edited
             and request.user.has_perms(self.edit_permissions(job))
             and not read_only(request)
         )

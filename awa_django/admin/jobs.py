@@ -23,8 +23,8 @@ from django.urls import reverse
 from .. import ops
 from ..conf import awa_settings
 from ..domain import concurrency
-from ..domain.records import JOB_STATES, JobInfo
-from ..exceptions import InvalidJob, JobNotFound
+from ..domain.records import JOB_STATES, JobInfo, JobPage
+from ..exceptions import EncryptionError, InvalidJob, JobNotFound
 from ..jobs import registry
 from ..ops.arguments import check_args_contains
 from . import job_actions
@@ -32,6 +32,7 @@ from .audit import actor
 from .base import MAX_ID, ConsoleAdmin, parse_id
 from .edit import EditAndRetryMixin
 from .filters import KindFilter, PriorityFilter, QueueFilter, StateFilter, TagFilter
+from .sealed import SealedPayloadMixin, sealed_error
 
 #: Jobs per page of the browser.
 PAGE_SIZE = 50
@@ -106,7 +107,7 @@ class Filters:
         return "?" + urlencode({k: v for k, v in values.items() if v is not None})
 
 
-class JobAdmin(EditAndRetryMixin, ConsoleAdmin):
+class JobAdmin(SealedPayloadMixin, EditAndRetryMixin, ConsoleAdmin):
     list_template = "jobs.html"
     detail_template = "job.html"
     object_actions = {
@@ -208,6 +209,9 @@ class JobAdmin(EditAndRetryMixin, ConsoleAdmin):
                 messages.warning(request, str(exc))
                 searched = ""
                 page = ops.browse_jobs(limit=PAGE_SIZE)
+            except EncryptionError as exc:  # arguments of encrypted jobs are not searched
+                args_error, searched = str(exc), ""
+                page = JobPage(jobs=[], older=None, searched_from=0, searched_to=0)
             jobs, older = page.jobs, page.older
             short = older is not None and len(jobs) < PAGE_SIZE
         current = {
@@ -240,6 +244,13 @@ class JobAdmin(EditAndRetryMixin, ConsoleAdmin):
         job = ops.get_job(wanted)
         if job is None:
             raise Http404(f"no job with id {object_id}")
+        return self.job_context(request, job, False)
+
+    def job_context(self, request: HttpRequest, job: JobInfo, decrypted: bool) -> dict[str, Any]:
+        """The job page of ``job`` (``decrypted``: its sealed values opened,
+        see :mod:`.sealed`)."""
+        payload = self.payload_context(request, job, decrypted=decrypted)
+        sealed_values = payload.get("sealed_values", {})
         names = []
         if job.state in RETRYABLE:
             names.append("retry")
@@ -260,15 +271,21 @@ class JobAdmin(EditAndRetryMixin, ConsoleAdmin):
             "title": f"{job.kind} #{job.id}",
             "crumb": f"#{job.id}",
             "job": job,
-            "args": pretty(job.args),
-            "kwargs": pretty(job.kwargs),
+            **payload,
+            "args": sealed_values.get("args") or pretty(job.args),
+            "kwargs": sealed_values.get("kwargs") or pretty(job.kwargs),
             "metadata": pretty(job.metadata),
             "concurrency_key": concurrency.key_of(job.metadata),
             "concurrency_limit": job.metadata.get(concurrency.CONCURRENCY_LIMIT, 1),
             "dependencies": ops.job_dependencies(job.id),
-            "progress": pretty(job.progress) if job.progress is not None else "",
-            "return_value": pretty(job.return_value) if job.return_value is not None else "",
-            "errors": list(reversed(job.errors)),
+            "progress": sealed_values.get("progress")
+            or (pretty(job.progress) if job.progress is not None else ""),
+            "return_value": sealed_values.get("return_value")
+            or (pretty(job.return_value) if job.return_value is not None else ""),
+            "errors": [
+                sealed_error(entry) if payload["sealed"] and not decrypted else entry
+                for entry in reversed(job.errors)
+            ],
             "timeline": [
                 ("Created", job.created_at),
                 # A waiting job's run_at is a placeholder until it is released.
@@ -276,8 +293,9 @@ class JobAdmin(EditAndRetryMixin, ConsoleAdmin):
                 ("Last attempted", job.attempted_at),
                 ("Finalized", job.finalized_at),
             ],
-            "available_actions": available,
-            "edit_url": self.edit_url(request, job),
+            # A decrypted page offers no action: it is one read, not a workspace.
+            "available_actions": [] if decrypted else available,
+            "edit_url": "" if payload["sealed"] else self.edit_url(request, job),
         }
 
     # --- actions -------------------------------------------------------------

@@ -26,6 +26,7 @@ from .parsers import (
     _bounded,
     _database,
     _descriptor,
+    _fernet_keys,
     _host_port,
     _optional,
     _Parser,
@@ -160,6 +161,13 @@ class QueueConfig:
         "claimed one priority level more urgent per interval waited (never above 1); jobs of one "
         "lane keep their order. ``0``: no aging.",
     )
+    encrypt: bool = setting(
+        False,
+        _BOOL,
+        "Seal the arguments of every job enqueued into the queue, and what its attempts "
+        "write back (return value, progress, error messages), with ``ENCRYPTION_KEYS``, "
+        "as ``@job(encrypt=True)`` does for a kind (see the encryption how-to).",
+    )
     long_running: bool = setting(
         False,
         _BOOL,
@@ -244,6 +252,16 @@ class AwaSettings:
         "(UTF-8) or bytes; a list of them to rotate keys: senders sign with the first, a request "
         "signed with any of them is accepted. ``None``: requests are not verified (a system check "
         "warns when the receiver is routed).",
+    )
+    #: Fernet keys, the sealing one first (see awa_django.domain.sealing).
+    encryption_keys: tuple[bytes, ...] | None = setting(
+        None,
+        _optional(_Parser(_fernet_keys, "a list of Fernet keys (str), the sealing one first")),
+        "Keys of encrypted jobs (``@job(encrypt=True)``, the queue option ``encrypt``; the "
+        "``crypto`` extra): each a Fernet key as ``Fernet.generate_key()`` makes it. The first "
+        "seals new payloads, every one opens what it sealed, so a key is rotated by putting a "
+        "new one first and dropping the old one once ``awa_keys status`` shows nothing needs it. "
+        "``None``: no job can be encrypted.",
     )
     admin_read_only: bool = setting(
         False,

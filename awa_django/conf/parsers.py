@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..domain import sealing
 from ..domain.descriptors import DESCRIPTOR_KEYS, Descriptor
 from ..exceptions import InvalidJob
 
@@ -128,6 +129,17 @@ def _secrets(value: Any) -> tuple[bytes, ...]:
             raise _InvalidError("expected at least one secret in the list")
         return tuple(_one_secret(item) for item in value)
     return (_one_secret(value),)
+
+
+def _fernet_keys(value: Any) -> tuple[bytes, ...]:
+    """A non-empty list of Fernet keys (a lone key is a list of one)."""
+    keys = list(value) if isinstance(value, list | tuple) else [value]
+    if not keys:
+        raise _InvalidError("expected at least one key in the list")
+    try:
+        return tuple(sealing.key_bytes(key) for key in keys)
+    except ValueError as exc:
+        raise _InvalidError(str(exc)) from None
 
 
 def _rate_limit(value: Any) -> RateLimit:

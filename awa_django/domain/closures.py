@@ -25,9 +25,9 @@ import logging
 import traceback
 from typing import Any
 
-from ..exceptions import InvalidJob
+from ..exceptions import EncryptionError, InvalidJob
 from ..outcomes import Cancel, RetryAfter, Snooze, TerminalError, WaitForCallback
-from . import clock
+from . import clock, sealing
 from .backoff import retry_delay
 from .payload import to_json
 from .pgtext import clean_text
@@ -64,13 +64,40 @@ def error_entry(
         trace = "".join(traceback.format_exception(exc))[-MAX_TRACEBACK_CHARS:]
     # The history is jsonb: a NUL or a lone surrogate would make the whole
     # closure unwritable (see awa_django.domain.pgtext).
-    return {
+    entry = {
         "attempt": job.attempt,
         "type": clean_text(kind),
         "message": clean_text(text),
         "traceback": clean_text(trace),
         "at": _now().isoformat(),
     }
+    if is_sealed_job(job):
+        return sealing.seal_error_entry(entry, exc)
+    return entry
+
+
+def is_sealed_job(job: ClaimedJob | OpenReceipt) -> bool:
+    """Whether ``job``'s payload is sealed (:mod:`.sealing`): its kwargs
+    arrived as the sealed text, where a plain job's are a dict."""
+    return isinstance(getattr(job, "kwargs", None), str)
+
+
+class _Withheld:
+    """An exception in a log line without its message (see :func:`shown`)."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.text = f"{type(exc).__qualname__}(<message sealed>)"
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def shown(job: ClaimedJob, exc: BaseException) -> Any:
+    """What a log line may say of ``exc``: the exception, or only its type
+    for a sealed job (its message may hold the payload)."""
+    if is_sealed_job(job) and not isinstance(exc, EncryptionError):
+        return _Withheld(exc)
+    return exc
 
 
 def _text_of(exc: BaseException) -> str:
@@ -118,7 +145,20 @@ def completed(job: ClaimedJob, value: Any) -> Closure:
             result = to_json(value, "return value")
         except InvalidJob:
             log.debug("job %s: return value of %s is not JSON; not kept", job.job_id, job.kind)
+        else:
+            if is_sealed_job(job):
+                result = _sealed_result(job, result)
     return _base(job, COMPLETED, COMPLETED, result=result)
+
+
+def _sealed_result(job: ClaimedJob, result: str) -> str | None:
+    """A sealed job's return value sealed, or not kept when this process
+    cannot seal (it could then not have opened the arguments either)."""
+    try:
+        return sealing.keyring().seal_json(result)
+    except EncryptionError:
+        log.debug("job %s: no key to seal the return value of %s; not kept", job.job_id, job.kind)
+        return None
 
 
 def failed(job: ClaimedJob, entry: dict[str, Any], *, dlq: bool, reason: str) -> Closure:
@@ -242,6 +282,8 @@ def cancelled(job: ClaimedJob, reason: str) -> Closure:
     reason = clean_text(str(reason))
     entry = error_entry(job, None, reason)
     entry["type"] = "awa_django.Cancel"
+    if is_sealed_job(job):
+        reason = "cancelled (the reason is sealed in the error history)"
     return _base(job, CANCELLED, CANCELLED, errors=_history(job, entry), reason=reason)
 
 
@@ -269,7 +311,11 @@ def raised(job: ClaimedJob, exc: Exception, *, dlq: bool) -> Closure:
         return not_parked(job, dlq=dlq)
     if isinstance(exc, TerminalError):
         log.warning(
-            "job %s (%s) attempt %s failed terminally: %s", job.job_id, job.kind, job.attempt, exc
+            "job %s (%s) attempt %s failed terminally: %s",
+            job.job_id,
+            job.kind,
+            job.attempt,
+            shown(job, exc),
         )
         return failed(job, error_entry(job, exc), dlq=dlq, reason="terminal error")
     log.warning(
@@ -278,6 +324,6 @@ def raised(job: ClaimedJob, exc: Exception, *, dlq: bool) -> Closure:
         job.kind,
         job.attempt,
         job.max_attempts,
-        exc,
+        shown(job, exc),
     )
     return retry_or_fail(job, error_entry(job, exc), None, dlq=dlq)

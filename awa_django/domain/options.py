@@ -3,7 +3,7 @@
 :class:`JobOptions` is the single record of every option a call of a job
 may carry (``queue``, ``priority``, ``run_at``/``run_in``, ``unique``,
 ``ordering_key``, ``tags``, ``metadata``, ``database``, the concurrency key
-and limit, dependencies).  It is frozen and validated in ``__post_init__``,
+and limit, dependencies, ``encrypt``).  It is frozen and validated in ``__post_init__``,
 so an instance that exists is valid and a bad option raises ``InvalidJob``
 where it is given; ``using(**changes)`` is :func:`dataclasses.replace` with the
 changed fields validated on the copy.  ``@job`` builds one from its
@@ -69,6 +69,7 @@ class CallOptions(TypedDict, total=False):
     concurrency_limit: int | None
     depends_on: Iterable[object] | None
     on_dependency_failure: str
+    encrypt: bool
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,9 @@ class JobOptions:
     concurrency_limit: int | None = None
     depends_on: tuple[int, ...] | None = None
     on_dependency_failure: str = "cancel"
+    #: Seal this call's arguments (as ``@job(encrypt=True)`` or the queue's
+    #: ``encrypt`` option would; False leaves it to those).
+    encrypt: bool = False
     #: ``ordering_key`` as stored (a bytes key as ``x`` + hex).
     stored_ordering_key: str | None = field(init=False, repr=False, compare=False)
     #: ``metadata`` as JSON text (``"{}"`` for none).
@@ -155,6 +159,8 @@ class JobOptions:
             normalise(self, "depends_on", check_depends_on(self.depends_on))
         if "on_dependency_failure" in changed:
             check_policy(self.on_dependency_failure)
+        if "encrypt" in changed and not isinstance(self.encrypt, bool):
+            raise InvalidJob(f"encrypt must be True or False, got {self.encrypt!r}")
         if self.depends_on is not None and self.unique is not None:
             raise InvalidJob("a job cannot be both unique and depend on other jobs")
 

@@ -18,8 +18,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..conf import QUEUE_NAME_RE
-from ..exceptions import InvalidJob
+from ..exceptions import EncryptionError, InvalidJob
 from . import clock
+from .sealing import keyring
 
 MAX_KIND_LENGTH = 255
 MAX_TAGS = 64
@@ -305,3 +306,25 @@ def encode_arguments(
             "(settings.AWA['MAX_PAYLOAD_BYTES']); store large data elsewhere and pass a key"
         )
     return args_json, kwargs_json
+
+
+def seal_arguments(
+    args_json: str, kwargs_json: str, limit: int, unique: Any = None
+) -> tuple[str, str]:
+    """The JSON text of arguments sealed (:mod:`.sealing`), within ``limit``
+    bytes as stored.  A unique claim by arguments is refused: its key would
+    be a digest of the plain arguments, which a guess of them could match."""
+    if unique is not None and unique.by_args:
+        raise EncryptionError(
+            "an encrypted job cannot be unique by its arguments (the key would be a digest "
+            "of the plain arguments): use Unique(by_args=False) with by_queue or by_period"
+        )
+    ring = keyring()
+    sealed_args, sealed_kwargs = ring.seal_json(args_json), ring.seal_json(kwargs_json)
+    size = len(sealed_args) + len(sealed_kwargs)  # sealed text is ASCII
+    if size > limit:
+        raise InvalidJob(
+            f"job arguments are {size} bytes as stored (encrypted), over the limit of {limit} "
+            "(settings.AWA['MAX_PAYLOAD_BYTES']); store large data elsewhere and pass a key"
+        )
+    return sealed_args, sealed_kwargs

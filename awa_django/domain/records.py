@@ -390,3 +390,25 @@ class Closure:
     progress: str | None = None
     claim_nonce: int | None = None
     leased: bool = False
+
+
+@dataclass(frozen=True)
+class KeyUsage:
+    """One key id: whether this process's ``ENCRYPTION_KEYS`` holds it (and
+    seals with it), and how many stored jobs hold a value it sealed, by
+    place (``ready`` counts the ready ring's rows until their slot is
+    pruned, ``history`` the retained terminal rows)."""
+
+    key_id: str
+    configured: bool
+    primary: bool
+    jobs: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.jobs.values())
+
+    @property
+    def missing(self) -> bool:
+        """Stored jobs need it and this process does not hold it."""
+        return self.total > 0 and not self.configured

@@ -75,6 +75,7 @@ from opentelemetry.trace import (
     TracerProvider,
 )
 
+from ..domain.closures import is_sealed_job, shown
 from ..domain.payload import TRACEPARENT_KEY
 from ..domain.records import DLQ, FAILED, RETRYABLE, ClaimedJob, Closure, PreparedJob
 from . import bulk, idle
@@ -427,7 +428,12 @@ class OtelObserver(Observer):
             span.set_attribute(JOB_STALE, True)
         if closure.target in _ERROR_TARGETS:
             error = lazy.error
-            if error is not None:
+            if error is not None and is_sealed_job(lazy._job):
+                # Its message may hold the sealed payload: the type only.
+                withheld = shown(lazy._job, error)
+                span.add_event("exception", {"exception.type": type(error).__qualname__})
+                description = repr(withheld)
+            elif error is not None:
                 span.record_exception(error)
                 description = f"{type(error).__name__}: {error}"
             else:

@@ -9,8 +9,8 @@ views, the management commands) to the storage: they call these functions
 and never a storage operation themselves.  One module per subject --
 ``jobs``, ``edit`` (edit and retry), ``callbacks``, ``dlq``, ``periodic``, ``queues``, ``catalog``
 (descriptors and runtimes), ``overrides``, ``batches``, ``audit`` (who did what), ``status`` (the
-installation as a whole) and ``connection`` (which database), with the
-argument checks they share in ``arguments`` -- and every public name is
+installation as a whole), ``keys`` (which encryption keys stored jobs need) and ``connection``
+(which database), with the argument checks they share in ``arguments`` -- and every public name is
 re-exported here: ``from awa_django import ops; ops.get_job(...)``.
 """
 
@@ -85,17 +85,20 @@ from .edit import (
 from .jobs import (
     BROWSE_SCAN,
     acancel_job,
+    adecrypt_job,
     aget_job,
     ajob_dependencies,
     alist_jobs,
     aretry_job,
     browse_jobs,
     cancel_job,
+    decrypt_job,
     get_job,
     job_dependencies,
     list_jobs,
     retry_job,
 )
+from .keys import key_status
 from .overrides import (
     aclear_queue_override,
     aqueue_overrides,
@@ -166,6 +169,7 @@ __all__ = [
     "acancel_job",
     "aclear_queue_override",
     "acomplete_external",
+    "adecrypt_job",
     "adlq_count",
     "adlq_list",
     "adlq_purge",
@@ -215,6 +219,7 @@ __all__ = [
     "conninfo",
     "database_alias",
     "database_connection",
+    "decrypt_job",
     "dlq_count",
     "dlq_list",
     "dlq_purge",
@@ -229,6 +234,7 @@ __all__ = [
     "get_periodic",
     "get_queue",
     "job_dependencies",
+    "key_status",
     "list_batch_operations",
     "list_job_kind_descriptors",
     "list_jobs",

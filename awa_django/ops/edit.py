@@ -23,7 +23,8 @@ from asgiref.sync import sync_to_async
 from ..conf import awa_settings
 from ..domain.payload import encode_arguments
 from ..domain.records import JobInfo
-from ..exceptions import InvalidJob, JobNotFound
+from ..domain.sealing import is_sealed
+from ..exceptions import EncryptionError, InvalidJob, JobNotFound
 from ..jobs import registry
 from ..storage import jobs as job_store
 from ..storage import leases
@@ -58,6 +59,11 @@ def check_edit(info: JobInfo, args: Sequence[Any] | None, kwargs: Mapping[str, A
         raise InvalidJob(
             f"job {info.id} is {info.state}: only a failed, cancelled or dead-lettered job "
             "can be edited and retried"
+        )
+    if is_sealed(info.kwargs):
+        raise EncryptionError(
+            f"job {info.id} is encrypted: its arguments cannot be edited (retry it as it is, "
+            "or enqueue a new job)"
         )
     if args is not None and (isinstance(args, str | bytes) or not isinstance(args, Sequence)):
         raise InvalidJob(f"args must be a list, got {type(args).__name__}")

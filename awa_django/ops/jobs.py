@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from asgiref.sync import sync_to_async
 
-from ..domain import dependencies
+from ..conf import awa_settings
+from ..domain import dependencies, sealing
 from ..domain.payload import check_priority, check_queue
 from ..domain.records import JobDependencies, JobInfo, JobPage
-from ..exceptions import JobNotFound
+from ..exceptions import EncryptionError, JobNotFound
+from ..jobs import registry
 from ..storage import dependencies as dependency_store
 from ..storage import jobs as job_store
 from ..storage import leases
@@ -33,6 +35,34 @@ from .audit import audited
 def get_job(job_id: int, *, database: str | None = None) -> JobInfo | None:
     """The job with this id in whatever state it is, or None."""
     return run(job_store.get_job(check_id(job_id)), database)
+
+
+def decrypt_job(job_id: int, *, actor: str, database: str | None = None) -> JobInfo:
+    """Job ``job_id`` with its sealed fields opened (arguments, return value,
+    progress, error messages: see ``@job(encrypt=True)``), for ``actor``.
+
+    Every call is an audited read (``view_job_arguments`` in the audit log,
+    written whether it opened or not); the console calls it for users with
+    the ``awa_django.view_job_arguments`` permission.  ``JobNotFound`` for
+    an unknown id; ``EncryptionKeyMissing`` when this process lacks the key.
+    A job that is not encrypted comes back as ``get_job`` returns it.
+    """
+    job_id = check_id(job_id)
+    with audited(actor, "view_job_arguments", f"job {job_id}", job_ids=[job_id]) as action:
+        info = run(job_store.get_job(job_id), database)
+        if info is None:
+            raise JobNotFound(f"no job with id {job_id}")
+        opened = sealing.open_info(info)
+        action.done(1, outcome="ok" if opened is not info else "not encrypted")
+    return opened
+
+
+def _encrypted(kind: str | None, queue: str | None) -> bool:
+    """Whether jobs of ``kind`` (registered here) or ``queue`` are encrypted."""
+    declared = registry.get(kind) if kind else None
+    if declared is not None and declared.encrypt:
+        return True
+    return queue is not None and awa_settings().queue(queue).encrypt
 
 
 def job_dependencies(job_id: int, *, database: str | None = None) -> JobDependencies | None:
@@ -128,6 +158,12 @@ def browse_jobs(
     check_text(kind, "kind")
     check_text(tag, "tag")
     match = check_args_contains(args_contains)
+    if (match.args or match.kwargs) and _encrypted(kind, queue):
+        raise EncryptionError(
+            f"jobs of {'kind ' + repr(kind) if kind else 'queue ' + repr(queue)} are "
+            "encrypted: their stored arguments are sealed, so a search by arguments cannot "
+            "match them"
+        )
     return run(
         job_store.browse(
             before=before,
@@ -213,3 +249,4 @@ ajob_dependencies = sync_to_async(job_dependencies)
 alist_jobs = sync_to_async(list_jobs)
 acancel_job = sync_to_async(cancel_job)
 aretry_job = sync_to_async(retry_job)
+adecrypt_job = sync_to_async(decrypt_job)

@@ -549,3 +549,20 @@ def atomic_overrun(ctx, seconds: float) -> bool:
     _follow_up(ctx, "after overrun")
     time.sleep(seconds)
     return ctx.is_cancelled()
+
+
+@job(kind="testapp.sealed", takes_context=True, encrypt=True)
+def sealed(ctx, secret: str, fail: bool = False) -> dict:
+    """An encrypted job: records what it received (outside the awa schema),
+    reports it as progress, and returns it -- or fails with it in the message."""
+    _record(ctx, secret)
+    ctx.set_progress(message=secret, seen=secret)
+    if fail:
+        raise TerminalError(f"could not deliver to {secret}")
+    return {"echo": secret}
+
+
+@job(kind="testapp.sealed_async", encrypt=True)
+async def sealed_async(secret: str) -> str:
+    """The async twin of :func:`sealed` (no context): returns what it received."""
+    return secret

@@ -99,6 +99,12 @@ TASKS = {"default": {"BACKEND": "awa_django.tasks.AwaBackend", "QUEUES": []}}
 if "session" in DATABASES:
     AWA["SESSION_DATABASE"] = "session"
 
+# Keys of the encrypted jobs (testapp.jobs.sealed*).  A real site reads them
+# from its secrets store; this one is public and protects nothing.
+AWA["ENCRYPTION_KEYS"] = env.list(
+    "AWA_ENCRYPTION_KEYS", default=["wsa5bqsJs-GDRR4DqFtDl66sRgE-SBgTTqEcyGXuY0w="]
+)
+
 # Tests start worker processes with extra AWA keys (short heartbeats, fast
 # ring rotation) through this variable: a JSON object merged into AWA.
 AWA.update(env.json("AWA_SETTINGS_JSON", default={}))

@@ -40,8 +40,8 @@ def test_an_unknown_key_with_no_near_match_lists_the_valid_ones():
     (found,) = problems({"QUEUES": {"email": {"colour": "red"}}})
     assert "did you mean" not in found
     expected = (
-        "valid queue options: claim_batch_size, claimers, deadline, descriptor, long_running, "
-        "max_workers"
+        "valid queue options: claim_batch_size, claimers, deadline, descriptor, encrypt, "
+        "long_running, max_workers"
     )
     assert expected in found
     (found,) = problems({"ZZZ": 1})

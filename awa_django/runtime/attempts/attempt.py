@@ -54,6 +54,7 @@ from ...domain.closures import (
     error_entry,
     failed,
     handed_back_past_limit,
+    is_sealed_job,
     not_parked,
     raised,
 )
@@ -90,6 +91,8 @@ def definition_for(job: ClaimedJob, *, dlq: bool) -> Job[..., Any] | Closure:
         message = f"unknown job kind: {job.kind}"
         log.error("job %s attempt %s: %s", job.job_id, job.attempt, message)
         return failed(job, error_entry(job, None, message), dlq=dlq, reason=message)
+    if is_sealed_job(job):  # checked once opened, on the handler's side (call_handler)
+        return definition
     try:
         definition.check_arguments(tuple(job.args), job.kwargs)
     except InvalidJob as exc:

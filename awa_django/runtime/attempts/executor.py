@@ -27,7 +27,8 @@ from typing import Any, TypeVar, cast
 from django.db import close_old_connections, connections
 
 from ...context import JobContext
-from ...domain.closures import cancelled
+from ...domain import sealing
+from ...domain.closures import cancelled, is_sealed_job
 from ...domain.records import ClaimedJob, Closure
 from ...jobs import Job
 from ...observability.hooks import observers
@@ -215,7 +216,10 @@ def _on_handler_thread(
 
 def context_for(job: ClaimedJob, hub: LeaseHub | None = None) -> JobContext:
     """The context of ``job``'s attempt; its lease (``hub``) is built when
-    the handler first escalates (see ``JobContext._escalation``)."""
+    the handler first escalates (see ``JobContext._escalation``).  A sealed
+    job's progress is opened for the handler (None where this process has
+    no key: the attempt then fails on its arguments)."""
+    sealed = is_sealed_job(job)
     return JobContext(
         job_id=job.job_id,
         kind=job.kind,
@@ -226,8 +230,9 @@ def context_for(job: ClaimedJob, hub: LeaseHub | None = None) -> JobContext:
         priority=job.effective_priority,
         metadata=job.metadata,
         tags=job.tags,
-        progress=job.progress,
+        progress=sealing.open_or_none(job.progress) if sealed else job.progress,
         claim_nonce=job.claim_nonce,
         control_source=hub,
         control_job=job,
+        sealed=sealed,
     )

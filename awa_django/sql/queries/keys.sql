@@ -1,0 +1,50 @@
+-- Which encryption keys the stored jobs still need (awa_django.domain.sealing).
+-- A sealed value is a JSON string '<prefix><key id>:<token>' (prefix
+-- 'awa:sealed:1:'): the key id is read from the text, nothing is decrypted.
+
+-- name: sealed_key_counts
+-- For each place a sealed value can be stored and each key id: how many rows
+-- hold at least one value that key sealed (arguments, return value,
+-- progress, error messages).  Only rows whose kwargs are sealed are looked
+-- at: a job is sealed whole, at enqueue.  'ready' counts every row still
+-- in the ready ring, claimed or finished too, until the leader prunes its
+-- slot; 'history' the retained terminal rows and batched completions.
+WITH sealed (place, job_id, v, progress, errors) AS (
+    SELECT 'ready', r.job_id, ARRAY[r.args #>> '{}', r.kwargs #>> '{}'], r.progress, r.errors
+      FROM awa.ready_entries r WHERE json_typeof(r.kwargs) = 'string'
+    UNION ALL
+    SELECT 'deferred', d.job_id, ARRAY[d.args #>> '{}', d.kwargs #>> '{}'], d.progress, d.errors
+      FROM awa.deferred_jobs d WHERE json_typeof(d.kwargs) = 'string'
+    UNION ALL
+    SELECT 'waiting', w.job_id, ARRAY[w.args #>> '{}', w.kwargs #>> '{}'], w.progress, w.errors
+      FROM awa.concurrency_waiting w WHERE json_typeof(w.kwargs) = 'string'
+    UNION ALL
+    SELECT 'dlq', q.job_id, ARRAY[q.args #>> '{}', q.kwargs #>> '{}'], q.progress, q.errors
+      FROM awa.dlq_entries q WHERE json_typeof(q.kwargs) = 'string'
+    UNION ALL
+    SELECT 'history', h.job_id,
+           ARRAY[h.args #>> '{}', h.kwargs #>> '{}', h.return_value #>> '{}'], h.progress, h.errors
+      FROM awa.done_entries h WHERE json_typeof(h.kwargs) = 'string'
+    UNION ALL
+    -- Completions closed in a batch keep their return values here (JSON text).
+    SELECT 'history', c.job_id, ARRAY[c.value::json #>> '{}'], NULL::jsonb, NULL::jsonb
+      FROM awa.receipt_completion_batches b
+     CROSS JOIN LATERAL unnest(b.job_ids, b.return_values) AS c(job_id, value)
+     WHERE starts_with(c.value, '"' || %(prefix)s)
+), ids (place, job_id, key_id) AS (
+    SELECT s.place, s.job_id, substr(x.text, length(%(prefix)s) + 1, %(id_length)s)
+      FROM sealed s
+     CROSS JOIN LATERAL (
+         SELECT t FROM unnest(s.v || (s.progress #>> '{}')) AS t
+         UNION ALL
+         SELECT e.entry ->> f.field
+           FROM jsonb_array_elements(CASE WHEN jsonb_typeof(s.errors) = 'array'
+                                          THEN s.errors ELSE '[]' END) AS e(entry)
+          CROSS JOIN (VALUES ('message'), ('traceback')) AS f(field)
+     ) AS x(text)
+     WHERE starts_with(x.text, %(prefix)s)
+)
+SELECT place, key_id, count(DISTINCT job_id)::bigint
+  FROM ids
+ GROUP BY place, key_id
+ ORDER BY key_id, place
