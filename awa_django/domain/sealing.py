@@ -138,6 +138,33 @@ class Keyring:
             ) from None
         return plain.decode("utf-8", "surrogatepass")
 
+    def reseal(self, value: Any) -> Any:
+        """``value`` sealed with the first key if another key sealed it (a
+        value not sealed, or sealed with the first key, comes back as it is)."""
+        if not is_sealed(value) or sealed_key_id(value) == self.primary:
+            return value
+        return self.seal(self.open(value))
+
+    def reseal_json(self, text: str | None) -> str | None:
+        """The JSON text ``text`` with every sealed value in it resealed
+        (:meth:`reseal`): the value itself, or the message and traceback of
+        each entry of an error history."""
+        if text is None or PREFIX not in text:
+            return text
+        value = json.loads(text)
+        if isinstance(value, list):
+            resealed: Any = [
+                {k: self.reseal(v) if k in ("message", "traceback") else v for k, v in e.items()}
+                if isinstance(e, dict)
+                else e
+                for e in value
+            ]
+        else:
+            resealed = self.reseal(value)
+        if resealed == value:  # nothing another key sealed: the text as it was
+            return text
+        return json.dumps(resealed, ensure_ascii=False, separators=(",", ":"))
+
     def seal_json(self, text: str) -> str:
         """The JSON text of ``text`` (itself JSON) sealed."""
         return json.dumps(self.seal(text))

@@ -28,7 +28,7 @@ from typing import IO, Any, Literal, cast
 
 from django.core.management.base import CommandError, OutputWrapper
 
-from awa_django.exceptions import CallbackNotFound, InvalidJob, JobNotFound
+from awa_django.exceptions import CallbackNotFound, EncryptionError, InvalidJob, JobNotFound
 
 try:
     import rich  # noqa: F401 - only whether it is there
@@ -246,12 +246,12 @@ class Output:
 
 @contextlib.contextmanager
 def operator_errors() -> Iterator[None]:
-    """The operator API's errors as exit codes: not found 1, invalid input 2."""
+    """The operator API's errors as exit codes: not found (or no key) 1, invalid input 2."""
     try:
         yield
     except InvalidJob as exc:
         raise CommandError(str(exc), returncode=EXIT_USAGE) from None
-    except (JobNotFound, CallbackNotFound) as exc:
+    except (JobNotFound, CallbackNotFound, EncryptionError) as exc:
         raise CommandError(str(exc), returncode=EXIT_REFUSED) from None
 
 

@@ -98,7 +98,7 @@ from .jobs import (
     list_jobs,
     retry_job,
 )
-from .keys import key_status
+from .keys import key_status, reseal_held
 from .overrides import (
     aclear_queue_override,
     aqueue_overrides,
@@ -252,6 +252,7 @@ __all__ = [
     "queue_samples",
     "read_only",
     "required_substrate_version",
+    "reseal_held",
     "resume_external",
     "resume_periodic",
     "resume_queue",

@@ -8,11 +8,15 @@ nothing, so it runs in a process without the keys too.
 
 from __future__ import annotations
 
+from django.db import transaction
+
 from ..conf import awa_settings
 from ..domain import sealing
 from ..domain.records import KeyUsage
 from ..storage import keys as key_store
 from ..storage.base import run
+from .audit import audited
+from .connection import database_alias
 
 #: Where sealed values are counted, in the order reports show them.
 PLACES = ("ready", "deferred", "waiting", "dlq", "history")
@@ -35,3 +39,44 @@ def key_status(*, database: str | None = None) -> list[KeyUsage]:
 
 def _ordered(jobs: dict[str, int]) -> dict[str, int]:
     return {place: jobs.get(place, 0) for place in PLACES}
+
+
+def reseal_held(
+    *, actor: str | None = None, batch: int = 500, database: str | None = None
+) -> dict[str, int]:
+    """Reseal the deferred and dead-lettered jobs with the first key of
+    ``ENCRYPTION_KEYS``: every sealed value of theirs that another key
+    sealed is opened and sealed again, so those keys stop being needed by
+    them.  Returns the jobs rewritten per table.
+
+    These are the tables whose rows change in place; the rings and the
+    history turn over as retention passes.  A row that changes meanwhile (a
+    deferred job promoted, a dead letter retried) is left to that change.
+    Each batch of ``batch`` rows is its own transaction, so a long run
+    holds no row long.  ``EncryptionKeyMissing`` when a value needs a key
+    this process lacks (the jobs before it are resealed already).
+    """
+    ring = sealing.keyring()
+    done = dict.fromkeys(key_store.HELD, 0)
+    with audited(actor, "reseal_held", "deferred and dead-lettered jobs", batched=True) as action:
+        for place in key_store.HELD:
+            after = 0
+            while True:
+                page = run(key_store.sealed_page(place, after, batch), database)
+                if not page:
+                    break
+                after = page[-1].job_id
+                with transaction.atomic(using=database_alias(database)):
+                    for row in page:
+                        new = key_store.SealedRow(
+                            row.job_id,
+                            ring.reseal_json(row.args) or row.args,
+                            ring.reseal_json(row.kwargs) or row.kwargs,
+                            ring.reseal_json(row.errors),
+                            ring.reseal_json(row.progress),
+                        )
+                        if new != row and run(key_store.reseal(place, row, new), database):
+                            done[place] += 1
+        action.done(sum(done.values()))
+        action.detail["resealed"] = done
+    return done

@@ -12,6 +12,7 @@ is how the tests know it arrived intact.
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 
@@ -29,7 +30,7 @@ from awa_django.observability.hooks import observers
 from awa_django.observability.signals import SignalObserver
 from awa_django.storage import run
 from awa_django.storage.jobs import get_job as stored_job
-from tests.conftest import run_burst
+from tests.conftest import WorkerProcess, run_burst
 from tests.observability import conftest as observability
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -324,3 +325,60 @@ def test_the_how_to_example(secret):
     assert where_found(secret) == [] and where_found(token) == []
     [read] = [e for e in ops.audit_log(limit=10) if e.action == "view_job_arguments"]
     assert (read.actor, read.job_ids, read.outcome) == ("support@example.org", [ref.id], "ok")
+
+
+def test_reseal_moves_held_jobs_to_the_new_key_and_leaves_the_rest(queue, secret):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    old_id, new_id = sealing.key_id(KEY.encode()), sealing.key_id(NEW_KEY.encode())
+    dead = jobs.sealed.using(queue=queue, max_attempts=1).enqueue(secret, fail=True)
+    run_burst(queue)
+    assert ops.move_failed_to_dlq(dead.id)
+    later = jobs.sealed.using(queue=queue, run_in=3600).enqueue(secret)  # deferred
+    plain = jobs.plain.using(queue=queue, run_in=3600).enqueue(1)
+    with with_keys(NEW_KEY, KEY):
+        before = {u.key_id: u.jobs for u in ops.key_status()}
+        assert (before[old_id]["dlq"], before[old_id]["deferred"]) == (1, 1)
+        out = StringIO()
+        call_command("awa_keys", "reseal", "--yes", stdout=out)
+        assert "resealed 1 deferred and 1 dead-lettered jobs" in out.getvalue()
+        after = {u.key_id: u.jobs for u in ops.key_status()}
+        assert (after[old_id]["dlq"], after[old_id]["deferred"]) == (0, 0)
+        assert (after[new_id]["dlq"], after[new_id]["deferred"]) == (1, 1)
+        # Still whole: every value opens, with the new key alone.
+        with with_keys(NEW_KEY):
+            opened = sealing.open_info(ops.get_job(dead.id))
+            assert opened.args == [secret] and secret in opened.errors[0]["message"]
+            assert opened.progress["checkpoint"]["seen"] == secret
+            assert sealing.open_info(ops.get_job(later.id)).args == [secret]
+        assert ops.get_job(plain.id).args == [1]  # not encrypted: untouched
+        assert ops.reseal_held() == {"deferred": 0, "dlq": 0}  # nothing left to do
+    [entry] = [e for e in ops.audit_log(limit=10) if e.action == "reseal_held"]
+    assert entry.count == 2 and entry.detail["resealed"] == {"deferred": 1, "dlq": 1}
+    assert where_found(secret) == []
+
+
+def test_awa_worker_processes_with_and_without_the_key(queue, secret):
+    """Real ``awa_worker --burst`` processes: one holding only another key
+    fails the attempt and never calls the handler; one holding the key (and
+    the new one first) runs the job from the dead-letter queue."""
+    ref = jobs.sealed.using(queue=queue, max_attempts=1).enqueue(secret)
+    env = {"AWA_SETTINGS_JSON": json.dumps({"QUEUE_DLQ": {queue: True}})}
+    lacking = WorkerProcess(
+        "--queue", queue, "--burst", env={**env, "AWA_ENCRYPTION_KEYS": NEW_KEY}
+    )
+    assert lacking.wait(timeout=120) == 0, lacking.output()
+    info = ops.get_job(ref.id)
+    assert info.state == "dlq" and not Execution.objects.filter(job_id=ref.id).exists()
+    assert info.errors[0]["type"] == "awa_django.exceptions.EncryptionKeyMissing"
+    assert secret not in lacking.output()
+    ops.dlq_retry(ref.id)
+    holding = WorkerProcess(
+        "--queue", queue, "--burst", env={**env, "AWA_ENCRYPTION_KEYS": f"{NEW_KEY},{KEY}"}
+    )
+    assert holding.wait(timeout=120) == 0, holding.output()
+    assert ops.get_job(ref.id).state == "completed"
+    assert list(Execution.objects.filter(job_id=ref.id).values_list("label", flat=True)) == [secret]
+    assert secret not in holding.output() and where_found(secret) == []

@@ -22,9 +22,11 @@ from testapp.models import Execution
 
 import awa_django.tasks as awa_tasks
 from awa_django import InvalidJob, UniqueConflict, ops
+from awa_django.domain import sealing
 from awa_django.tasks import AwaBackend, ReturnValueError, TaskExitError, awa_priority
 from awa_django.testing import AwaTestCaseMixin, assert_enqueued
 from tests.factories import JobFactory
+from tests.runtime.test_encryption import where_found
 
 from .framework import (
     LOGGER,
@@ -546,6 +548,27 @@ class OptionsTests(BackendTestCase):
         self.assertIn("OPTIONS['dlq'] must be True or False", text)
         self.assertIn("not fine!", text)
         self.assertEqual(AwaBackend("x", {"OPTIONS": []}).check()[0].id, "awa_django.T001")
+
+    @override_settings(TASKS=awa_backend(OPTIONS={"max_attempts": 1, "encrypt": True}))
+    def test_encrypted_tasks_are_stored_sealed_and_read_back_opened(self):
+        secret = f"erin+{uuid.uuid4().hex}@example.org"
+        done = self.on_queue(tasks.record).enqueue(secret)
+        failed = self.on_queue(tasks.fail).enqueue(f"no route to {secret}")
+        counts = self.run_tasks()  # the test kit's drain(): it runs them too
+        self.assertEqual((counts["completed"], counts["failed"]), (1, 1))
+        stored = ops.get_job(int(done.id))
+        self.assertTrue(sealing.is_sealed(stored.args) and sealing.is_sealed(stored.return_value))
+        self.assertEqual(where_found(secret), [])
+        done.refresh()
+        failed.refresh()
+        self.assertEqual(done.args, [secret])
+        self.assertEqual(done.return_value, {"label": secret, "attempt": 1, "id": done.id})
+        self.assertEqual(failed.status, TaskResultStatus.FAILED)
+        self.assertIn(f"TaskFailedError: no route to {secret}", failed.errors[0].traceback)
+        self.assertIn(
+            "OPTIONS['encrypt'] must be True or False",
+            awa_tasks.parse_options({"encrypt": "yes"})[1][0],
+        )
 
     @override_settings(TASKS=awa_backend(OPTIONS={"max_attempts": 0}))
     def test_enqueue_with_bad_options_refuses(self):

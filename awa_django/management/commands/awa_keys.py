@@ -1,4 +1,5 @@
-"""``manage.py awa_keys status [--json]``: which encryption keys stored jobs need."""
+"""``manage.py awa_keys status [--json]``: which encryption keys stored jobs need;
+``awa_keys reseal``: seal the deferred and dead-lettered jobs with the current key."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from awa_django import ops
-from awa_django.management.options import add_database_argument
-from awa_django.management.output import Column, Output
+from awa_django.management.options import add_database_argument, add_yes_argument
+from awa_django.management.output import Column, Output, confirm_change, operator_errors
 from awa_django.ops.keys import PLACES
 from awa_django.records import KeyUsage
 
@@ -25,7 +26,8 @@ class Command(BaseCommand):
     help = (
         "Show the encryption keys of AWA['ENCRYPTION_KEYS'] and every key id stored jobs "
         "still need, with how many jobs per place (ready ring, deferred, waiting, DLQ, "
-        "retained history) hold a value each key sealed. Nothing is decrypted. "
+        "retained history) hold a value each key sealed (nothing is decrypted); reseal the "
+        "deferred and dead-lettered jobs with the first key. "
         "Example: manage.py awa_keys status --json"
     )
 
@@ -44,9 +46,30 @@ class Command(BaseCommand):
             help="Print the same report as one JSON document (a list, one object per key).",
         )
         add_database_argument(status)
+        about = (
+            "Open every sealed value of the deferred and dead-lettered jobs that a key other "
+            "than the first of ENCRYPTION_KEYS sealed, and seal it again with the first, so "
+            "those jobs stop needing the old key (the rings and the history turn over by "
+            "themselves). Batches of 500 rows, each its own transaction; recorded in the "
+            "audit log."
+        )
+        reseal = sub.add_parser("reseal", help=about, description=about)
+        add_yes_argument(reseal)
+        add_database_argument(reseal)
 
     def handle(self, *args: Any, **options: Any) -> None:
         out = Output.of(self.stdout, options)
+        if options["action"] == "reseal":
+            confirm_change(
+                out,
+                options["database"],
+                "reseal the deferred and dead-lettered jobs with the first key",
+                assume_yes=options["yes"],
+            )
+            with operator_errors():
+                done = ops.reseal_held(actor=ops.command_actor(), database=options["database"])
+            out.line(f"resealed {done['deferred']} deferred and {done['dlq']} dead-lettered jobs")
+            return
         usages = ops.key_status(database=options["database"])
         if options["json"]:
             out.json(

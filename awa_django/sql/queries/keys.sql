@@ -48,3 +48,37 @@ SELECT place, key_id, count(DISTINCT job_id)::bigint
   FROM ids
  GROUP BY place, key_id
  ORDER BY key_id, place
+
+-- name: sealed_deferred_page
+-- Sealed jobs of the deferred table after job id %(after)s, for resealing
+-- with the current key (awa_keys reseal): the JSON texts, as stored.
+SELECT d.job_id, d.args::text, d.kwargs::text, d.errors::text, d.progress::text
+  FROM awa.deferred_jobs d
+ WHERE json_typeof(d.kwargs) = 'string' AND d.job_id > %(after)s
+ ORDER BY d.job_id
+ LIMIT %(limit)s
+
+-- name: sealed_dlq_page
+-- The same for the dead-letter table.
+SELECT q.job_id, q.args::text, q.kwargs::text, q.errors::text, q.progress::text
+  FROM awa.dlq_entries q
+ WHERE json_typeof(q.kwargs) = 'string' AND q.job_id > %(after)s
+ ORDER BY q.job_id
+ LIMIT %(limit)s
+
+-- name: reseal_deferred
+-- One deferred job's sealed values replaced, if the row is still the one
+-- read (its kwargs text unchanged: not promoted, retried or replaced since).
+UPDATE awa.deferred_jobs
+   SET args = %(args)s::json, kwargs = %(kwargs)s::json, errors = %(errors)s::jsonb,
+       progress = %(progress)s::jsonb
+ WHERE job_id = %(job_id)s AND kwargs::text = %(old_kwargs)s
+RETURNING job_id
+
+-- name: reseal_dlq
+-- The same for a dead letter.
+UPDATE awa.dlq_entries
+   SET args = %(args)s::json, kwargs = %(kwargs)s::json, errors = %(errors)s::jsonb,
+       progress = %(progress)s::jsonb
+ WHERE job_id = %(job_id)s AND kwargs::text = %(old_kwargs)s
+RETURNING job_id
