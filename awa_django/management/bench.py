@@ -252,9 +252,13 @@ def drain(options: BenchOptions, imports: tuple[str, ...] = ()) -> dict[str, Any
 
 
 def offered_rate(
-    options: BenchOptions, on_tick: Callable[[int, int], None] | None = None
+    options: BenchOptions,
+    on_tick: Callable[[int, int], None] | None = None,
+    job: Job[..., Any] | None = None,
 ) -> dict[str, Any]:
-    """Enqueue single jobs at ``rate``/s for ``duration`` s while workers run.
+    """Enqueue single jobs at ``rate``/s for ``duration`` s while workers run
+    (``job``: the kind enqueued, default the no-op of ``options.handler``;
+    its handler must record pickups the way :func:`noop_async` does).
 
     ``processes`` workers run in this process on one event loop, each with
     its own pool and LISTEN connection: every NOTIFY wakes all of them, as it
@@ -272,7 +276,7 @@ def offered_rate(
 
     def produce() -> None:
         nonlocal sent
-        call = options.job.using(queue=options.queue, database=options.database)
+        call = (job or options.job).using(queue=options.queue, database=options.database)
         begin = time.perf_counter()
         try:
             for n in range(total):

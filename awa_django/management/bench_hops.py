@@ -88,7 +88,8 @@ def breakdown(traces: list[PickupTrace], handler_starts: Mapping[float, float]) 
     for trace in traces:
         for key, pickup in trace.pickups.items():
             args = pickup.job.args
-            sent_at = float(args[1]) if len(args) > 1 else 0.0
+            # An encrypted job's arguments arrive sealed (a str): no hops for it.
+            sent_at = float(args[1]) if isinstance(args, list) and len(args) > 1 else 0.0
             if not sent_at:
                 continue  # not a job of the latency stage
             found = readings(pickup, sent_at, handler_starts.get(sent_at), trace.closed.get(key))

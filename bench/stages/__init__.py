@@ -13,6 +13,7 @@ them when one of their options is given (``bench`` must be importable: run
 - :mod:`.telemetry`: ``--telemetry`` (needs the ``otel`` extra)
 - :mod:`.atomic`: ``--atomic``
 - :mod:`.concurrency`: ``--concurrency``
+- :mod:`.encrypted`: ``--encrypted``
 """
 
 from __future__ import annotations

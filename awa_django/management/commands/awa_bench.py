@@ -3,7 +3,7 @@ or (``--backlog``, ``--serial``) focused figures of the claim/close hot path.
 
 The default stages ship with the package (:mod:`awa_django.management.bench`).
 The focused stages and the comparisons (``--backlog``, ``--serial``,
-``--hot-queue``, ``--oversupply``, ``--telemetry``, ``--atomic``,
+``--hot-queue``, ``--oversupply``, ``--telemetry``, ``--atomic``, ``--encrypted``,
 ``--concurrency``) live in the repository's ``bench/stages``: the command
 imports them when asked, and says so when they are not there.
 """
@@ -249,6 +249,15 @@ class Command(BaseCommand):
             "--skip latency only this comparison runs.",
         )
         parser.add_argument(
+            "--encrypted",
+            action="store_true",
+            help="After the default stages, compare an async no-op kind with the same kind "
+            "declared @job(encrypt=True): prepare+COPY enqueue and drain of --jobs jobs each "
+            "(alternating, 2 rounds), then pickup p50/p95/p99 at --rate for --duration. "
+            "Needs AWA['ENCRYPTION_KEYS']. With --skip enqueue --skip drain --skip latency "
+            "only this comparison runs.",
+        )
+        parser.add_argument(
             "--oversupply",
             nargs="?",
             const=DEFAULT_MAX_DEPTH,
@@ -338,6 +347,7 @@ class Command(BaseCommand):
             options["telemetry"],
             atomic=options["atomic"],
             concurrency_keys=options["concurrency"],
+            encrypted=options["encrypted"],
         )
         self._print(report)
         if options["json"]:
@@ -369,11 +379,13 @@ def run_benchmark(
     *,
     atomic: bool = False,
     concurrency_keys: tuple[int, int] | None = None,
+    encrypted: bool = False,
 ) -> dict[str, Any]:
     """Run the focused stages if any was asked for, else the default stages not in
     ``skip`` (and, with ``telemetry="both"``, the drain with telemetry off and on;
     with ``atomic``, the drain of plain and atomic jobs; with ``concurrency_keys``
-    (keys, limit), the drain of unlimited and per-key limited jobs); returns the report
+    (keys, limit), the drain of unlimited and per-key limited jobs; with ``encrypted``,
+    enqueue, drain and pickups of plain and encrypted jobs); returns the report
     (environment, options, results)."""
     results: dict[str, Any] = {"storage_before": workloads.storage_snapshot(bench.database)}
     with (
@@ -392,6 +404,8 @@ def run_benchmark(
                 repository_stage("atomic").stage(bench, results, progress)
             if concurrency_keys is not None:
                 repository_stage("concurrency").stage(bench, concurrency_keys, results, progress)
+            if encrypted:
+                repository_stage("encrypted").stage(bench, results, progress)
     return {
         "environment": {**workloads.environment(), "gc_frozen": bool(gc.get_freeze_count())},
         "options": dataclasses.asdict(bench),
