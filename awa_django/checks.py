@@ -308,14 +308,9 @@ def _encrypted_kinds_and_queues(parsed: AwaSettings) -> list[str]:
 
 @register(APP_LABEL, Tags.security)
 def check_encryption(
-    app_configs: Sequence[AppConfig] | None = None,
-    databases: Sequence[str] | None = None,
-    **kwargs: Any,
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[CheckMessage]:
-    """E006: encryption is asked for without a key or without the ``crypto``
-    extra.  With ``--database`` (``migrate`` too), E007: a key id that stored
-    jobs still need is not in ``ENCRYPTION_KEYS`` -- a key dropped too soon,
-    whose jobs no worker could open."""
+    """E006: encryption is asked for without a key or without the ``crypto`` extra."""
     parsed, errors = _parsed()
     if errors:
         return []
@@ -343,21 +338,34 @@ def check_encryption(
                 id="awa_django.E006",
             )
         )
+    return messages
+
+
+@register(APP_LABEL, Tags.database, deploy=True)
+def check_encryption_keys_in_use(
+    app_configs: Sequence[AppConfig] | None = None,
+    databases: Sequence[str] | None = None,
+    **kwargs: Any,
+) -> list[CheckMessage]:
+    """E007: a key id that stored jobs still need is not in
+    ``ENCRYPTION_KEYS`` -- a key dropped too soon, whose jobs no worker
+    could open.  A deploy check with ``--database`` (``manage.py check
+    --deploy --database ALIAS``): it reads every table that can hold a
+    sealed value, which ``migrate`` should not wait for."""
+    parsed, errors = _parsed()
     alias = parsed.database
-    if not databases or alias not in databases:
-        return messages
+    if errors or not databases or alias not in databases:
+        return []
     from . import ops
 
+    messages: list[CheckMessage] = []
     try:
         version = run(substrate.installed_version(), alias)
         if version is None or version < substrate.SCHEMA_VERSION:
-            return messages  # the substrate check reports it
+            return []  # the substrate check reports it
         usages = ops.key_status(database=alias)
     except DatabaseError as exc:
-        return [
-            *messages,
-            Error(f"could not read the stored encryption key ids: {exc}", id="awa_django.E007"),
-        ]
+        return [Error(f"could not read the stored encryption key ids: {exc}", id="awa_django.E007")]
     for usage in usages:
         if usage.missing:
             where = ", ".join(f"{n} {place}" for place, n in usage.jobs.items() if n)

@@ -198,7 +198,7 @@ class PeriodicJob:
             raise InvalidJob(f"kwargs must be a dict, got {self.kwargs!r}")
         args, kwargs = tuple(self.args), dict(self.kwargs)
         queue = self.queue if self.queue is not None else self.job.queue
-        if self.job.encrypt or awa_settings().queue(queue).encrypt:
+        if self.job.encrypt or awa_settings().encrypts(queue):
             raise InvalidJob(
                 f"periodic schedule {self.name!r}: {self.job.kind} on queue {queue!r} is "
                 "encrypted (@job(encrypt=True) or the queue's encrypt option), which schedules "

@@ -139,7 +139,7 @@ class JobCall(Generic[P, R]):
         limit = settings.max_payload_bytes
         args_json, kwargs_json = encode_arguments(args, kwargs, limit)
         unique = self._unique_claim(args_json, kwargs_json)
-        if options.encrypt or job.encrypt or settings.queue(options.queue).encrypt:
+        if options.encrypt or job.encrypt or settings.encrypts(options.queue):
             args_json, kwargs_json = seal_arguments(args_json, kwargs_json, limit, options.unique)
         key = options.concurrency_key or concurrency.resolve_key(job.concurrency_key, args, kwargs)
         metadata_json = options.stored_metadata(

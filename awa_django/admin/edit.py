@@ -115,6 +115,12 @@ class EditAndRetryMixin(ConsoleAdmin):
                 "dead-lettered job can be edited and retried",
             )
             return HttpResponseRedirect(detail)
+        if sealing.is_sealed(job.kwargs):
+            messages.error(
+                request,
+                f"job {job.id} is encrypted: its arguments cannot be edited (retry it as it is)",
+            )
+            return HttpResponseRedirect(detail)
         if request.method != "POST":
             return self._form(request, job, _pretty(job.args), _pretty(job.kwargs), "")
         args_text = request.POST.get("args", "")

@@ -12,6 +12,7 @@ the documentation.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -452,6 +453,25 @@ class AwaSettings:
         "cycles made before the worker started are never collected. False: leave the collector "
         "as it is.",
     )
+
+    @functools.cached_property
+    def encrypted_queues(self) -> frozenset[str]:
+        """Queues with the ``encrypt`` option (read on every enqueue)."""
+        return frozenset(name for name, queue in self.queues.items() if queue.encrypt)
+
+    def encrypts(self, queue: str) -> bool:
+        """Whether jobs of ``queue`` are sealed by its ``encrypt`` option: its
+        own, or, for a partition of a partitioned queue with no entry of its
+        own (``"pii:3"``), its logical queue's, as the runtime applies them."""
+        encrypted = self.encrypted_queues
+        if not encrypted or queue in encrypted:
+            return bool(encrypted)
+        if queue in self.queues:
+            return False
+        from ..domain.partitioned import logical_name  # it imports the settings in turn
+
+        logical = logical_name(queue)
+        return logical is not None and logical in encrypted
 
     def queue(self, name: str) -> QueueConfig:
         """Policy of a queue; queues not declared in ``QUEUES`` get the defaults."""

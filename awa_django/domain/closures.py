@@ -117,7 +117,10 @@ def last_error(closure: Closure) -> str | None:
     if not history:
         return None
     entry = history[-1]
-    return f"{entry.get('type', 'error')}: {entry.get('message', '')}"
+    message = entry.get("message", "")
+    if sealing.is_sealed(message):  # an encrypted job's: the type says enough
+        message = "<message sealed>"
+    return f"{entry.get('type', 'error')}: {message}"
 
 
 def _history(job: ClaimedJob, entry: dict[str, Any]) -> str:

@@ -397,7 +397,8 @@ class KeyUsage:
     """One key id: whether this process's ``ENCRYPTION_KEYS`` holds it (and
     seals with it), and how many stored jobs hold a value it sealed, by
     place (``ready`` counts the ready ring's rows until their slot is
-    pruned, ``history`` the retained terminal rows)."""
+    pruned, ``running`` the progress running attempts flushed, ``history``
+    the retained terminal rows)."""
 
     key_id: str
     configured: bool

@@ -54,13 +54,15 @@ KEY_ID_LENGTH = 12
 
 def key_bytes(key: Any) -> bytes:
     """The Fernet key ``key`` (32 url-safe base64-encoded bytes, as
-    ``Fernet.generate_key()`` makes them) as bytes; ValueError otherwise."""
+    ``Fernet.generate_key()`` makes them) in its canonical form, so the same
+    key written with spaces around it or other padding is the same key;
+    ValueError otherwise."""
     if isinstance(key, str):
-        key = key.encode("ascii", "replace")
+        key = key.strip().encode("ascii", "replace")
     if not isinstance(key, bytes):
         raise ValueError(f"expected a Fernet key (str), got {type(key).__name__}")
     try:
-        raw = base64.urlsafe_b64decode(key)
+        raw = base64.urlsafe_b64decode(key.strip() + b"=" * (-len(key.strip()) % 4))
     except (binascii.Error, ValueError):
         raw = b""
     if len(raw) != 32:
@@ -68,12 +70,14 @@ def key_bytes(key: Any) -> bytes:
             "expected a Fernet key: 32 bytes in url-safe base64 (44 characters), "
             "as cryptography.fernet.Fernet.generate_key() makes them"
         )
-    return key
+    return base64.urlsafe_b64encode(raw)
 
 
 def key_id(key: bytes) -> str:
-    """The id stored with each value ``key`` seals: a digest, never the key."""
-    return hashlib.sha256(b"awa_django sealing key id\x00" + key).hexdigest()[:KEY_ID_LENGTH]
+    """The id stored with each value the Fernet key ``key`` seals: a digest
+    of its 32 bytes, never the key."""
+    raw = base64.urlsafe_b64decode(key_bytes(key))
+    return hashlib.sha256(b"awa_django sealing key id\x00" + raw).hexdigest()[:KEY_ID_LENGTH]
 
 
 def is_sealed(value: Any) -> bool:
@@ -103,7 +107,7 @@ class Keyring:
             ) from None
         self._fernets: dict[str, Fernet] = {}
         for key in keys:
-            self._fernets.setdefault(key_id(key), Fernet(key))
+            self._fernets.setdefault(key_id(key), Fernet(key_bytes(key)))
         if not self._fernets:
             raise EncryptionError(
                 "encrypted jobs need a key: set AWA['ENCRYPTION_KEYS'] to a list of Fernet keys"
@@ -210,12 +214,13 @@ def keyring_for(*values: Any) -> Keyring:
 
 
 def open_or_none(value: Any) -> Any:
-    """``value`` opened, or None when this process cannot open it."""
+    """``value`` opened, or None when this process cannot open it (no key,
+    altered, or not JSON inside)."""
     if not is_sealed(value):
         return value
     try:
         return keyring().open_json(value)
-    except EncryptionError:
+    except (EncryptionError, ValueError):
         return None
 
 

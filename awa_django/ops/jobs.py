@@ -29,7 +29,7 @@ from .arguments import (
     check_state,
     check_text,
 )
-from .audit import audited
+from .audit import audited, check_actor
 
 
 def get_job(job_id: int, *, database: str | None = None) -> JobInfo | None:
@@ -42,13 +42,17 @@ def decrypt_job(job_id: int, *, actor: str, database: str | None = None) -> JobI
     progress, error messages: see ``@job(encrypt=True)``), for ``actor``.
 
     Every call is an audited read (``view_job_arguments`` in the audit log,
-    written whether it opened or not); the console calls it for users with
-    the ``awa_django.view_job_arguments`` permission.  ``JobNotFound`` for
+    written whether it opened or not; ``actor`` is required), committed with
+    the caller's transaction; the console calls it for users with the
+    ``awa_django.view_job_arguments`` permission.  ``JobNotFound`` for
     an unknown id; ``EncryptionKeyMissing`` when this process lacks the key.
     A job that is not encrypted comes back as ``get_job`` returns it.
     """
     job_id = check_id(job_id)
-    with audited(actor, "view_job_arguments", f"job {job_id}", job_ids=[job_id]) as action:
+    actor = check_actor(actor)  # never an unrecorded read
+    with audited(
+        actor, "view_job_arguments", f"job {job_id}", job_ids=[job_id], database=database
+    ) as action:
         info = run(job_store.get_job(job_id), database)
         if info is None:
             raise JobNotFound(f"no job with id {job_id}")
@@ -62,7 +66,7 @@ def _encrypted(kind: str | None, queue: str | None) -> bool:
     declared = registry.get(kind) if kind else None
     if declared is not None and declared.encrypt:
         return True
-    return queue is not None and awa_settings().queue(queue).encrypt
+    return queue is not None and awa_settings().encrypts(queue)
 
 
 def job_dependencies(job_id: int, *, database: str | None = None) -> JobDependencies | None:

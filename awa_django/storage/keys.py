@@ -18,7 +18,7 @@ from .base import Execute, Steps, operation
 
 @operation
 def sealed_key_counts() -> Steps[list[tuple[str, str, int]]]:
-    """``(place, key id, jobs)`` for every place (``ready``, ``deferred``,
+    """``(place, key id, jobs)`` for every place (``ready``, ``running``, ``deferred``,
     ``waiting``, ``dlq``, ``history``) and key id with a job there that
     holds a value the key sealed."""
     rows = yield Execute.named(

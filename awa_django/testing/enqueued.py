@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from ..domain import sealing
 from ..domain.records import JobInfo
+from ..exceptions import EncryptionError
 from ..jobs import Job
 from ..storage import jobs as job_store
 from ..storage.base import run
@@ -46,7 +48,10 @@ def enqueued_jobs(
     *,
     database: str | None = None,
 ) -> list[JobInfo]:
-    """Available, scheduled or waiting jobs matching every filter given (args exactly)."""
+    """Available, scheduled or waiting jobs matching every filter given (args exactly).
+
+    Encrypted jobs are returned opened (the test settings hold their key),
+    so ``args`` and ``kwargs`` match them as they were enqueued."""
     kind = _kind_of(job_or_kind)
     found: list[JobInfo] = []
     for state in _ENQUEUED_STATES:
@@ -56,6 +61,7 @@ def enqueued_jobs(
                 database,
             )
         )
+    found = [_opened(info) for info in found]
     return sorted(
         (
             info
@@ -65,6 +71,14 @@ def enqueued_jobs(
         ),
         key=lambda info: info.id,
     )
+
+
+def _opened(info: JobInfo) -> JobInfo:
+    """``info`` opened when this process holds its key, else as stored."""
+    try:
+        return sealing.open_info(info)
+    except EncryptionError:
+        return info
 
 
 def assert_enqueued(

@@ -80,6 +80,12 @@ def test_without_the_permission_the_page_shows_it_sealed(queue, secret):
     # The endpoint refuses it too, and writes nothing.
     assert client.post(decrypt(done)).status_code == 403
     assert audited_reads(done) == []
+    # Edit and retry is not offered, and its form refuses an encrypted job.
+    editor = console_user("editor", "view_job", "change_job", "change_deadletter")
+    edit = reverse("admin:awa_django_job_edit", args=[dead])
+    for response in (editor.get(edit), editor.post(edit, {"args": "[]", "kwargs": "{}"})):
+        assert response.status_code == 302 and response.url == page(dead)
+    assert ops.get_job(dead).state == "dlq"
 
 
 def test_with_the_permission_each_decrypted_view_is_an_audited_read(queue, secret):

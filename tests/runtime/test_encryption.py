@@ -144,6 +144,7 @@ def test_the_secret_reaches_the_handler_and_nothing_else(queue, secret, seen):
     assert where_found(secret) == []
     assert secret not in seen.text()
     assert "could not deliver" not in seen.text()
+    assert "TerminalError: <message sealed>" in "\n".join(seen.signals)  # job_failed's error
     # What is stored opens to what the handler returned, reported and raised.
     done_info, failed_info = ops.get_job(done.id), ops.get_job(failed.id)
     assert (done_info.state, failed_info.state) == ("completed", "failed")
@@ -268,10 +269,15 @@ def test_the_declaration_records_the_choice():
     assert declared.encrypt and not jobs.plain.encrypt
 
 
-def _check_ids(databases=None) -> list[str]:
+def _checks(databases=None) -> list:
     from django.core import checks
 
-    return [m.id for m in checks.run_checks(databases=databases) if m.id.startswith("awa_django")]
+    found = checks.run_checks(databases=databases, include_deployment_checks=bool(databases))
+    return [m for m in found if m.id.startswith("awa_django.E00")]
+
+
+def _check_ids(databases=None) -> list[str]:
+    return [m.id for m in _checks(databases)]
 
 
 def test_checks_refuse_encryption_without_a_key_and_a_key_dropped_too_soon(queue, secret):
@@ -281,10 +287,9 @@ def test_checks_refuse_encryption_without_a_key_and_a_key_dropped_too_soon(queue
     jobs.sealed.using(queue=queue).enqueue(secret)
     assert "awa_django.E007" not in _check_ids(["default"])
     with with_keys(NEW_KEY):  # the key of the stored job dropped
-        from django.core import checks
-
-        [error] = [m for m in checks.run_checks(databases=["default"]) if m.id == "awa_django.E007"]
+        [error] = [m for m in _checks(["default"]) if m.id == "awa_django.E007"]
         assert sealing.key_id(KEY.encode()) in error.msg and "1 ready" in error.msg
+        assert "awa_django.E007" not in _check_ids()  # only with --deploy --database
     with with_keys(NEW_KEY, KEY):  # rotated: both held
         assert "awa_django.E007" not in _check_ids(["default"])
 
@@ -354,7 +359,7 @@ def test_reseal_moves_held_jobs_to_the_new_key_and_leaves_the_rest(queue, secret
             assert opened.progress["checkpoint"]["seen"] == secret
             assert sealing.open_info(ops.get_job(later.id)).args == [secret]
         assert ops.get_job(plain.id).args == [1]  # not encrypted: untouched
-        assert ops.reseal_held() == {"deferred": 0, "dlq": 0}  # nothing left to do
+        assert ops.reseal_held() == {"deferred": 0, "dlq": 0, "skipped": 0}  # nothing left
     [entry] = [e for e in ops.audit_log(limit=10) if e.action == "reseal_held"]
     assert entry.count == 2 and entry.detail["resealed"] == {"deferred": 1, "dlq": 1}
     assert where_found(secret) == []
@@ -382,3 +387,69 @@ def test_awa_worker_processes_with_and_without_the_key(queue, secret):
     assert ops.get_job(ref.id).state == "completed"
     assert list(Execution.objects.filter(job_id=ref.id).values_list("label", flat=True)) == [secret]
     assert secret not in holding.output() and where_found(secret) == []
+
+
+def test_the_test_kit_matches_encrypted_jobs_by_their_arguments(queue, secret):
+    from awa_django.testing import assert_enqueued, refute_enqueued
+
+    jobs.sealed.using(queue=queue).enqueue(secret, fail=True)
+    [info] = assert_enqueued(jobs.sealed, args=[secret], kwargs={"fail": True}, queue=queue)
+    assert info.args == [secret]
+    refute_enqueued(jobs.sealed, args=["someone else"], queue=queue)
+
+
+def test_awa_job_show_prints_it_sealed_unless_asked_to_decrypt(queue, secret):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    ref = jobs.sealed.using(queue=queue, max_attempts=1).enqueue(secret, fail=True)
+    run_burst(queue)
+    out = StringIO()
+    call_command("awa_job", "show", str(ref.id), stdout=out)
+    assert secret not in out.getvalue() and "<encrypted with key " in out.getvalue()
+    assert [e for e in ops.audit_log(limit=10) if e.action == "view_job_arguments"] == []
+    out = StringIO()
+    call_command("awa_job", "show", str(ref.id), "--decrypt", stdout=out)
+    assert f"could not deliver to {secret}" in out.getvalue()
+    [read] = [e for e in ops.audit_log(limit=10) if e.action == "view_job_arguments"]
+    assert read.job_ids == [ref.id] and "@" in read.actor
+
+
+def test_a_partitioned_queue_that_encrypts_seals_each_partition(queue, secret):
+    from awa_django import PartitionedQueue
+
+    pii = PartitionedQueue(queue, 4)
+    with with_keys(KEY, QUEUES={queue: {"encrypt": True}}):
+        refs = [jobs.plain.using(queue=pii.route_by_index(n)).enqueue(n, b=1) for n in range(4)]
+        assert all(sealing.is_sealed(ops.get_job(r.id).kwargs) for r in refs)
+        with pytest.raises(EncryptionError, match="cannot match"):
+            ops.browse_jobs(queue=pii.route_by_index(1), args_contains=[1])
+
+
+def test_a_key_is_the_same_key_however_it_is_written():
+    assert sealing.key_bytes(f"  {KEY}\n") == KEY.encode()
+    assert sealing.key_id(f" {KEY} ".encode()) == sealing.key_id(KEY.encode())
+    with pytest.raises(ValueError, match="Fernet key"):
+        sealing.key_bytes(KEY[:-4])
+
+
+def test_a_decrypted_read_needs_an_actor(queue, secret):
+    ref = jobs.sealed.using(queue=queue).enqueue(secret)
+    with pytest.raises(InvalidJob, match="actor"):
+        ops.decrypt_job(ref.id, actor=None)
+    assert [e for e in ops.audit_log(limit=10) if e.action == "view_job_arguments"] == []
+
+
+def test_reseal_leaves_a_job_it_cannot_open_and_reports_it(queue, secret):
+    foreign = Fernet.generate_key().decode()
+    with with_keys(foreign):
+        lost = jobs.sealed.using(queue=queue, run_in=3600).enqueue(secret)
+    kept = jobs.sealed.using(queue=queue, run_in=3600).enqueue(secret)
+    with with_keys(NEW_KEY, KEY):
+        done = ops.reseal_held(actor="ops@example.org")
+    assert done == {"deferred": 1, "dlq": 0, "skipped": 1}
+    assert sealing.sealed_key_id(ops.get_job(kept.id).kwargs) == sealing.key_id(NEW_KEY.encode())
+    assert sealing.sealed_key_id(ops.get_job(lost.id).kwargs) == sealing.key_id(foreign.encode())
+    [entry] = [e for e in ops.audit_log(limit=10) if e.action == "reseal_held"]
+    assert entry.detail["skipped"] == [lost.id]

@@ -8,6 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from awa_django import ops
+from awa_django.domain import sealing
 from awa_django.domain.records import JobInfo
 from awa_django.management.options import (
     add_database_argument,
@@ -32,7 +33,8 @@ class Command(BaseCommand):
         sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
         actions = {
             "show": "Print the job: state, attempts, arguments, errors with tracebacks, "
-            "progress, return value and timestamps.",
+            "progress, return value and timestamps (an encrypted job's sealed, unless "
+            "--decrypt).",
             "retry": "Run a failed or cancelled job again (same id, fresh attempt count, due "
             "now). Any other state is left as it is.",
             "cancel": "Cancel the job in whatever live state it is: an available or scheduled "
@@ -43,6 +45,13 @@ class Command(BaseCommand):
             action.add_argument("job_id", type=int, metavar="ID", help="The job's id.")
             if name == "show":
                 add_json_argument(action, "the job")
+                action.add_argument(
+                    "--decrypt",
+                    action="store_true",
+                    help="Show an encrypted job's arguments, return value, progress and error "
+                    "messages opened with AWA['ENCRYPTION_KEYS'] (recorded in the audit log, "
+                    "with you as actor). Without it they are shown sealed.",
+                )
             else:
                 add_yes_argument(action)
             add_database_argument(action)
@@ -52,7 +61,11 @@ class Command(BaseCommand):
         job_id, database = options["job_id"], options["database"]
         with operator_errors():
             if options["action"] == "show":
-                info = ops.get_job(job_id, database=database)
+                info: JobInfo | None
+                if options["decrypt"]:
+                    info = ops.decrypt_job(job_id, actor=ops.command_actor(), database=database)
+                else:
+                    info = ops.get_job(job_id, database=database)
                 if info is None:
                     raise not_found(f"no job with id {job_id}")
                 self._show(out, info, as_json=options["json"])
@@ -87,7 +100,7 @@ class Command(BaseCommand):
         if as_json:
             out.json(info)
             return
-        data = dataclasses.asdict(info)
+        data = {key: _shown(value) for key, value in dataclasses.asdict(info).items()}
         out.table(
             f"job {info.id}",
             ["field", "value"],
@@ -97,7 +110,14 @@ class Command(BaseCommand):
         for entry in info.errors:
             out.heading(
                 f"attempt {entry.get('attempt')} {entry.get('type')}: "
-                f"{entry.get('message')} ({entry.get('at')})"
+                f"{_shown(entry.get('message'))} ({entry.get('at')})"
             )
             if entry.get("traceback"):
-                out.line(str(entry["traceback"]))
+                out.line(str(_shown(entry["traceback"])))
+
+
+def _shown(value: Any) -> Any:
+    """A sealed value as its key id and size (the sealed text says no more)."""
+    if sealing.is_sealed(value):
+        return f"<encrypted with key {sealing.sealed_key_id(value)}, {len(value)} characters>"
+    return value

@@ -69,6 +69,11 @@ class Command(BaseCommand):
             with operator_errors():
                 done = ops.reseal_held(actor=ops.command_actor(), database=options["database"])
             out.line(f"resealed {done['deferred']} deferred and {done['dlq']} dead-lettered jobs")
+            if done["skipped"]:
+                out.line(
+                    f"left {done['skipped']} jobs as they were: a value of theirs does not open "
+                    "with these keys (see the warning and the audit log for their ids)"
+                )
             return
         usages = ops.key_status(database=options["database"])
         if options["json"]:

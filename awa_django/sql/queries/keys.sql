@@ -26,6 +26,10 @@ WITH sealed (place, job_id, v, progress, errors) AS (
            ARRAY[h.args #>> '{}', h.kwargs #>> '{}', h.return_value #>> '{}'], h.progress, h.errors
       FROM awa.done_entries h WHERE json_typeof(h.kwargs) = 'string'
     UNION ALL
+    -- Running attempts' flushed progress (only a sealed job's is sealed).
+    SELECT 'running', a.job_id, ARRAY[]::text[], a.progress, NULL::jsonb
+      FROM awa.attempt_state a WHERE jsonb_typeof(a.progress) = 'string'
+    UNION ALL
     -- Completions closed in a batch keep their return values here (JSON text).
     SELECT 'history', c.job_id, ARRAY[c.value::json #>> '{}'], NULL::jsonb, NULL::jsonb
       FROM awa.receipt_completion_batches b
