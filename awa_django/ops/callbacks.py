@@ -15,9 +15,11 @@ from typing import Any
 from asgiref.sync import sync_to_async
 
 from ..conf import awa_settings
+from ..domain import sealing
 from ..domain.payload import to_json
 from ..domain.pgtext import clean_text
 from ..exceptions import CallbackNotFound, InvalidJob
+from ..storage import jobs as job_store
 from ..storage import leases
 from ..storage.base import run
 from .audit import audited
@@ -37,12 +39,30 @@ def _resolve(
     except ValueError:
         raise CallbackNotFound(f"no callback {callback_id!r}") from None
     text = None if payload is None else to_json(payload, "callback payload")
+    shown_error = error
+    if (text is not None or error is not None) and _sealed_job(key, database):
+        # The waiting job is encrypted: what arrives for it is sealed too.
+        ring = sealing.keyring()
+        text = None if text is None else ring.seal_json(text)
+        error = None if error is None else ring.seal(error)
+        shown_error = None if error is None else "<sealed>"
     with audited(
-        actor, f"{action}_external", f"callback {key}", detail={"error": error}, database=database
+        actor,
+        f"{action}_external",
+        f"callback {key}",
+        detail={"error": shown_error},
+        database=database,
     ) as audit:
         state = _resolve_checked(key, action, text, error, database)
         audit.done(1)
     return state
+
+
+def _sealed_job(key: uuid.UUID, database: str | None) -> bool:
+    """Whether the job waiting for callback ``key`` is encrypted."""
+    job_id = run(leases.callback_job(key), database)
+    info = None if job_id is None else run(job_store.get_job(job_id), database)
+    return info is not None and sealing.is_sealed(info.kwargs)
 
 
 def _resolve_checked(

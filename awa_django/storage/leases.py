@@ -125,6 +125,13 @@ def resolve_callback(
 
 
 @operation
+def callback_job(callback_id: uuid.UUID) -> Steps[int | None]:
+    """The job whose live attempt waits for ``callback_id``, if any."""
+    rows = yield Execute.named("leases", "callback_job", [callback_id])
+    return int(rows[0][0]) if rows else None
+
+
+@operation
 def retry_job(job_id: int, reason: str) -> Steps[str | None]:
     """Run a failed or cancelled job again; returns ``'retried'``,
     ``'already_<state>'`` for a job in another state, or None for an unknown id."""

@@ -20,8 +20,10 @@ from testapp import jobs, tasks
 from testapp.models import Execution
 
 from awa_django import CallbackNotFound, JobNotFound, ops
+from awa_django.domain import sealing
 from awa_django.tasks import TaskResultStatus, result_of
 from tests.conftest import run_burst, wait_for
+from tests.runtime.test_encryption import where_found
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -423,3 +425,30 @@ def test_a_long_running_queue_leases_each_attempt_from_its_start(queue, long_run
     info = ops.get_job(ref.id)
     assert info.state == "completed"
     assert info.return_value is long_running
+
+
+def test_what_arrives_for_an_encrypted_job_is_sealed_too(worker, queue):
+    """complete, resume and fail of an encrypted job's callbacks: the payload
+    or error is stored sealed (and kept out of the audit log), the waiting
+    handler receives it opened."""
+    secret = f"frank+{uuid.uuid4().hex}@example.org"
+    sequential = jobs.sequential_async.using(queue=queue, encrypt=True).enqueue()
+    completed = jobs.park.using(queue=queue, encrypt=True).enqueue()
+    failed = jobs.park.using(queue=queue, encrypt=True, max_attempts=1).enqueue()
+    worker(slots=3)
+    ops.resume_external(waiting(sequential.id), {"to": secret}, actor="ops@example.org")
+    ops.complete_external(parked(completed.id), {"to": secret}, actor="ops@example.org")
+    ops.fail_external(parked(failed.id), f"bounced: {secret}", actor="ops@example.org")
+    wait_for(
+        lambda: (
+            [state(r.id) for r in (sequential, completed, failed)]
+            == ["completed", "completed", "failed"]
+        )
+    )
+    assert where_found(secret) == []
+    opened = [sealing.open_info(ops.get_job(r.id)) for r in (sequential, completed, failed)]
+    assert opened[0].return_value == {"to": secret}  # the handler got it opened
+    assert opened[1].return_value == {"to": secret}
+    assert opened[2].errors[-1]["message"] == f"bounced: {secret}"
+    audited = [e for e in ops.audit_log(limit=20) if e.action == "fail_external"]
+    assert [e.detail for e in audited] == [{"error": "<sealed>"}]

@@ -25,6 +25,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from ...context import JobContext
+from ...domain import sealing
 from ...domain.records import ClaimedJob
 from ...outcomes import Cancel
 from ...storage import AsyncRunner, leases
@@ -188,7 +189,7 @@ class AttemptLease:
                 found, payload = await self._hub.run(look)
                 if found:
                     self.callback_id = None
-                    return payload
+                    return _received(payload)
                 if self.ctx is not None and self.ctx.is_cancelled():
                     raise Cancel("the attempt was closed while waiting for its callback")
                 left = deadline - loop.time()
@@ -200,7 +201,7 @@ class AttemptLease:
                     )
                     if found:
                         self.callback_id = None
-                        return payload
+                        return _received(payload)
                     raise TimeoutError(f"callback {callback_id} not resumed within {timeout}s")
                 look = leases.callback_result(job_id, run_lease, callback_id)
                 try:
@@ -243,3 +244,9 @@ def is_leased(ctx: JobContext) -> bool:
     """Whether this context's attempt escalated to a lease (it closes through the lease path)."""
     control = ctx._control
     return isinstance(control, AttemptLease) and control.leased
+
+
+def _received(payload: Any) -> Any:
+    """A callback's payload as the waiting handler takes it: opened when it
+    was sealed for an encrypted job (``ops.resume_external``)."""
+    return sealing.keyring().open_json(payload) if sealing.is_sealed(payload) else payload

@@ -43,3 +43,7 @@ SELECT awa.retry_job(%s, %s)
 -- New args/kwargs as JSON text (NULL: keep); see schema/0006_edit_and_retry.sql.
 SELECT e.outcome, e.old_args::text, e.old_kwargs::text
   FROM awa.edit_and_retry(%s, %s::json, %s::json, %s) e
+
+-- name: callback_job
+-- The job whose live attempt waits for this callback, if any.
+SELECT l.job_id FROM awa.leases l WHERE l.callback_id = %s
