@@ -453,3 +453,15 @@ def test_reseal_leaves_a_job_it_cannot_open_and_reports_it(queue, secret):
     assert sealing.sealed_key_id(ops.get_job(lost.id).kwargs) == sealing.key_id(foreign.encode())
     [entry] = [e for e in ops.audit_log(limit=10) if e.action == "reseal_held"]
     assert entry.detail["skipped"] == [lost.id]
+
+
+def test_empty_arguments_are_sealed_once_and_open_to_fresh_values():
+    ring = sealing.Keyring([KEY.encode()])
+    assert ring.seal_json("{}") == ring.seal_json("{}") != ring.seal_json("[]")
+    opened = ring.open_json(json.loads(ring.seal_json("{}")))
+    opened["changed"] = True
+    assert ring.open_json(json.loads(ring.seal_json("{}"))) == {}
+    # Another process's seal of the same empty value opens the ordinary way.
+    other = sealing.Keyring([KEY.encode()])
+    assert other.open_json(json.loads(ring.seal_json("[]"))) == []
+    assert ring.seal_json('{"a":1}') != ring.seal_json('{"a":1}')  # anything else: a fresh seal
