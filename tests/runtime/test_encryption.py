@@ -313,15 +313,16 @@ def test_awa_keys_status_reports_without_decrypting(queue, secret):
     assert "seals new jobs" in out.getvalue() and secret not in out.getvalue()
 
 
-@override_settings(EMAIL_BACKEND="django.core.mail.backends.locmem.EmailBackend")
 def test_the_how_to_example(secret):
     from django.core import mail
 
     from docs.examples import encryption as example
+    from tests.django.test_docs_examples import LOCMEM
 
     token = uuid.uuid4().hex
     ref = example.send_password_reset.enqueue(secret, token)
-    run_burst("default")
+    with override_settings(**LOCMEM):  # the in-memory mail backend, as Django spells it
+        run_burst("default")
     [sent] = mail.outbox
     assert sent.to == [secret] and token in sent.body
     shown = example.show_reset_job(ref.id, "support@example.org")

@@ -56,9 +56,12 @@ class Notifier:
     async def _listen(self) -> psycopg.AsyncConnection[Any]:
         if self._conn is None or self._conn.closed:
             conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
+            # Held before the LISTENs: a stop() that cancels this task while
+            # they run closes it, where a connection known only here would be
+            # left to the garbage collector (a burst worker can stop that soon).
+            self._conn = conn
             for channel in [*self._by_channel, *self._handlers]:
                 await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-            self._conn = conn
             self.listening.set()
             for event in self._by_channel.values():
                 event.set()
