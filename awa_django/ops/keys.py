@@ -1,9 +1,11 @@
-"""Encryption keys: which ones the stored jobs still need.
+"""Encryption keys: which ones the stored jobs still need, and resealing
+the held jobs with the current one.
 
-``manage.py awa_keys status``, the system check that refuses to drop a key
-still in use and the console read this.  It reads the key id stored in
-front of each sealed value (:mod:`awa_django.domain.sealing`) and decrypts
-nothing, so it runs in a process without the keys too.
+:func:`key_status` (``manage.py awa_keys status`` and the deploy check that
+refuses to drop a key still in use) reads the key id stored in front of
+each sealed value (:mod:`awa_django.domain.sealing`) and decrypts nothing,
+so it runs in a process without the keys too.  :func:`reseal_held`
+(``awa_keys reseal``) needs them: it opens and seals again.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ PLACES = ("ready", "running", "deferred", "waiting", "dlq", "history")
 
 def key_status(*, database: str | None = None) -> list[KeyUsage]:
     """Every configured key (the sealing one first), then every key id the
-    stored jobs need that is not configured."""
+    stored jobs need that is not configured, each with the jobs per place
+    (:data:`PLACES`) holding a value it sealed."""
     counts: dict[str, dict[str, int]] = {}
     for place, key_id, jobs in run(key_store.sealed_key_counts(), database):
         counts.setdefault(key_id, {})[place] = jobs
