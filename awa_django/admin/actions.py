@@ -66,7 +66,9 @@ class Selection:
                 f"a console selection filters by pk__in only, not {sorted(unsupported)}"
             )
         parsed = (self.page.parse_key(str(key)) for key in pk__in)
-        keys = sorted({key for key in parsed if key is not None}, key=str)
+        # In key order (numbers as numbers: job 99 before job 100); one page's
+        # keys are of one type, the type name only keeps a mixed set sortable.
+        keys = sorted({key for key in parsed if key is not None}, key=_key_order)
         return Selection(self.page, keys, filters=self.filters)
 
     def values_list(self, *fields: str, flat: bool = False) -> list[Any]:
@@ -180,3 +182,7 @@ def console_action(
 def plural(n: int, noun: str, many: str | None = None) -> str:
     """``"1 job"``, ``"2 jobs"``."""
     return f"{n} {noun if n == 1 else (many or noun + 's')}"
+
+
+def _key_order(key: Any) -> tuple[str, Any]:
+    return type(key).__name__, key

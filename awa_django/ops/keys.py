@@ -32,7 +32,7 @@ PLACES = ("ready", "running", "deferred", "waiting", "dlq", "history")
 def key_status(*, database: str | None = None) -> list[KeyUsage]:
     """Every configured key (the sealing one first), then every key id the
     stored jobs need that is not configured, each with the jobs per place
-    (:data:`PLACES`) holding a value it sealed."""
+    (``PLACES``) holding a value it sealed."""
     counts: dict[str, dict[str, int]] = {}
     for place, key_id, jobs in run(key_store.sealed_key_counts(), database):
         counts.setdefault(key_id, {})[place] = jobs

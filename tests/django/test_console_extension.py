@@ -116,6 +116,13 @@ def test_the_selection_is_queryset_like(queue):
         picked.filter(kind="x")
 
 
+def test_the_selection_orders_ids_as_numbers():
+    """Job 99 before job 100 (the keys used to be sorted as text)."""
+    page = admin.site._registry[Job]
+    picked = Selection(page).filter(pk__in=["100", "99", "9", "1000"])
+    assert picked.values_list("pk", flat=True) == [9, 99, 100, 1000]
+
+
 def test_a_subclass_reshapes_the_sidebar_and_an_unknown_filter_is_refused(root):
     class StatesOnly(JobAdmin):
         list_filter = (StateFilter,)
