@@ -76,6 +76,7 @@ def enqueue_many(
     hold the transaction open.  Negative values raise ``InvalidJob``.  See
     ``awa_django.backpressure`` and the backpressure how-to.
     """
+    from . import outbox
     from .backpressure import check_limit, wait_for_room
     from .domain.payload import seconds
     from .observability.hooks import observers
@@ -106,11 +107,19 @@ def enqueue_many(
         return []
     if limit is not None:
         wait_for_room((item.queue for item in prepared), *limit, next(iter(aliases)))
+    outbox_alias = outbox.outbox_alias(prepared)
+    alias = aliases.pop()
+
+    def write() -> list[int] | list[int | None]:
+        if outbox_alias is not None:
+            return outbox.write_many(prepared, outbox_alias)
+        return run(write_many(prepared, on_conflict), alias)
+
     if not observers.active:
-        return run(write_many(prepared, on_conflict), aliases.pop())
+        return write()
     queues = {item.queue for item in prepared}
     with observers.enqueue_scope(queues.pop() if len(queues) == 1 else "", len(prepared)):
-        ids = run(write_many(prepared, on_conflict), aliases.pop())
+        ids = write()
     observers.enqueued(prepared, ids)
     return ids
 

@@ -72,6 +72,18 @@ def check_settings(
     messages.extend(_database_alias("DATABASE", parsed.database))
     if parsed.session_database is not None:
         messages.extend(_database_alias("SESSION_DATABASE", parsed.session_database))
+    if parsed.outbox_database is not None:
+        messages.extend(_database_alias("OUTBOX_DATABASE", parsed.outbox_database))
+        if parsed.outbox_database == parsed.database:
+            messages.append(
+                Error(
+                    f"AWA[OUTBOX_DATABASE] and AWA[DATABASE] are both {parsed.database!r}: "
+                    "the outbox is for a queue in a database of its own",
+                    hint="Set DATABASE to the queue's alias, or drop OUTBOX_DATABASE (jobs in "
+                    "the application's own database join its transactions without one).",
+                    id="awa_django.E008",
+                )
+            )
     return messages
 
 
@@ -257,6 +269,39 @@ def check_substrate(
             f"migrate {APP_LABEL} zero --fake --skip-checks --database {alias} and then run "
             f"{migrate} (the substrate SQL is idempotent).",
             id="awa_django.E003" if version is None else "awa_django.E004",
+        )
+    ]
+
+
+@register(Tags.database)
+def check_outbox(
+    app_configs: Sequence[AppConfig] | None = None,
+    databases: Sequence[str] | None = None,
+    **kwargs: Any,
+) -> list[CheckMessage]:
+    """W006: outbox mode is on and ``OUTBOX_DATABASE`` holds no outbox (a
+    database migrated before outbox mode was turned on: ``migrate`` has
+    nothing left to apply there).  A warning, since ``migrate`` runs the
+    database checks first and may be about to install it."""
+    parsed, errors = _parsed()
+    alias = parsed.outbox_database
+    if errors or alias is None or not databases or alias not in databases:
+        return []
+    from .storage import outbox
+
+    try:
+        if run(outbox.installed(), alias):
+            return []
+    except DatabaseError as exc:
+        return [
+            CheckWarning(f"could not inspect the outbox in {alias!r}: {exc}", id="awa_django.W006")
+        ]
+    return [
+        CheckWarning(
+            f"AWA[OUTBOX_DATABASE] is {alias!r}, which holds no outbox: enqueue will fail",
+            hint=f"Run: python manage.py migrate --database {alias}; if awa_django's "
+            "migrations are already applied there, python manage.py awa_relay --install",
+            id="awa_django.W006",
         )
     ]
 

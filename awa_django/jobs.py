@@ -176,17 +176,12 @@ class JobCall(Generic[P, R]):
 
     def enqueue(self, /, *args: P.args, **kwargs: P.kwargs) -> EnqueuedJob:
         """Validate and write the job in the caller's transaction."""
-        from .storage import enqueue as storage_enqueue
-        from .storage.base import run
-
         if not observers.active:
-            prepared = self.prepare(*args, **kwargs)
-            ref: EnqueuedJob = run(storage_enqueue.enqueue_one(prepared), prepared.database)
-            return ref
+            return _write(self.prepare(*args, **kwargs))
         # Prepared inside the scope, so a job's traceparent is its send span's.
         with observers.enqueue_scope(self.options.queue, 1):
             prepared = self.prepare(*args, **kwargs)
-            ref = run(storage_enqueue.enqueue_one(prepared), prepared.database)
+            ref = _write(prepared)
         observers.enqueued([prepared], [ref.id])
         return ref
 
@@ -195,6 +190,20 @@ class JobCall(Generic[P, R]):
         from asgiref.sync import sync_to_async
 
         return await sync_to_async(self.enqueue)(*args, **kwargs)
+
+
+def _write(prepared: PreparedJob) -> EnqueuedJob:
+    """Write one prepared job: to the outbox in outbox mode, else to its database."""
+    from .storage import enqueue as storage_enqueue
+    from .storage.base import run
+
+    settings = awa_settings()
+    if settings.outbox_database is not None and prepared.database is None:
+        from . import outbox
+
+        return outbox.write_one(prepared, settings.outbox_database)
+    ref: EnqueuedJob = run(storage_enqueue.enqueue_one(prepared), prepared.database)
+    return ref
 
 
 class Job(Generic[P, R]):

@@ -112,6 +112,7 @@ TASK_KEY = "django_task"
 OPTION_KEYS = ("max_attempts", "unique", "dlq", "encrypt")
 
 _STATUS = {
+    "pending": TaskResultStatus.READY,  # outbox mode: not relayed yet
     "available": TaskResultStatus.READY,
     "scheduled": TaskResultStatus.READY,
     "waiting": TaskResultStatus.READY,

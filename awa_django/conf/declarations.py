@@ -207,6 +207,15 @@ class AwaSettings:
         "``None``: those sessions use ``DATABASE``; through a pooler, workers poll instead of "
         "listening and elect on the maintenance lease (see the poolers how-to).",
     )
+    outbox_database: str | None = setting(
+        None,
+        _optional(_Parser(_database, "an alias of settings.DATABASES")),
+        "Outbox mode, for a queue in a database of its own (``DATABASE``): the alias of the "
+        "application's database.  ``enqueue``, ``enqueue_many`` and the Tasks backend then "
+        "write jobs to an outbox there, in the caller's transaction (state ``pending``), and "
+        "``manage.py awa_relay`` moves the committed ones to the queue exactly once.  "
+        "``None``: jobs are written to ``DATABASE`` directly (see the queue-database how-to).",
+    )
     queues: Mapping[str, QueueConfig] = setting(
         factory=lambda: {DEFAULT_QUEUE: QueueConfig(DEFAULT_QUEUE)},
         description="The queues and their options (see the queue options). ``awa_worker`` "

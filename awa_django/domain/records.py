@@ -413,3 +413,16 @@ class KeyUsage:
     def missing(self) -> bool:
         """Stored jobs need it and this process does not hold it."""
         return self.total > 0 and not self.configured
+
+
+@dataclass(frozen=True)
+class OutboxDepth:
+    """What waits in the outbox of outbox mode (``ops.outbox_depth``)."""
+
+    #: Jobs committed to the outbox and not relayed to the queue yet.
+    pending: int
+    #: Seconds since the oldest of them was written (0 when none waits): how
+    #: far the relay is behind.
+    lag_seconds: float
+    #: When the oldest of them was written.
+    oldest: dt.datetime | None

@@ -99,6 +99,7 @@ from .jobs import (
     retry_job,
 )
 from .keys import key_status, reseal_held
+from .outbox import aoutbox_depth, outbox_depth
 from .overrides import (
     aclear_queue_override,
     aqueue_overrides,
@@ -192,6 +193,7 @@ __all__ = [
     "alist_queues",
     "alist_runtimes",
     "amove_failed_to_dlq",
+    "aoutbox_depth",
     "apause_periodic",
     "apause_queue",
     "apreview_batch_operation",
@@ -243,6 +245,7 @@ __all__ = [
     "list_queues",
     "list_runtimes",
     "move_failed_to_dlq",
+    "outbox_depth",
     "pause_periodic",
     "pause_queue",
     "preview_batch_operation",

@@ -20,6 +20,7 @@ from ..jobs import registry
 from ..storage import dependencies as dependency_store
 from ..storage import jobs as job_store
 from ..storage import leases
+from ..storage import outbox as outbox_store
 from ..storage.base import run
 from .arguments import (
     ArgsFilter,
@@ -33,8 +34,20 @@ from .audit import audited, check_actor
 
 
 def get_job(job_id: int, *, database: str | None = None) -> JobInfo | None:
-    """The job with this id in whatever state it is, or None."""
-    return run(job_store.get_job(check_id(job_id)), database)
+    """The job with this id in whatever state it is, or None.  In outbox mode
+    (``AWA["OUTBOX_DATABASE"]``) a job not relayed yet comes from the outbox,
+    in state ``"pending"``."""
+    job_id = check_id(job_id)
+    info = run(job_store.get_job(job_id), database)
+    if info is not None or database is not None:
+        return info
+    alias = awa_settings().outbox_database
+    if alias is None:
+        return None
+    held = run(outbox_store.find(job_id), alias)
+    if held is True:  # relayed since the first read
+        return run(job_store.get_job(job_id), database)
+    return held or None
 
 
 def decrypt_job(job_id: int, *, actor: str, database: str | None = None) -> JobInfo:

@@ -1,7 +1,8 @@
 """The worker runtime: asyncio services, grouped by what they do to a job.
 
 Every service reaches the database only through ``awa_django.storage``
-operations run by an ``AsyncRunner``; the runtime never imports the ORM.
+operations, run by an ``AsyncRunner`` (the relay: a ``SyncRunner``); the
+runtime never imports the ORM.
 The sub-packages, top to bottom (an import-linter contract in
 ``pyproject.toml`` keeps each one importing only those below it):
 
@@ -13,6 +14,12 @@ The sub-packages, top to bottom (an import-linter contract in
     The elected maintenance leader with its periodic tasks and the
     promoter; and the health listener, its probes and the supervisor's
     fleet view.  Independent of each other.
+``relay``
+    Outbox mode's relay: committed outbox entries of the application's
+    database become jobs of the queue's, each exactly once.  The one
+    synchronous service: it runs on Django's connections for the two
+    aliases (``manage.py awa_relay``, the test kit's ``drain()``), so it
+    shares transactions with the callers that need it to.
 ``attempts/``
     One claimed batch from claim to closure: dispatcher, pacing, permits,
     live overrides, executor, handler threads, eager mode, closing and the

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 from ..domain import dependencies, stripes
 from ..domain.records import EnqueuedJob, PreparedJob
-from ..exceptions import UniqueConflict
+from ..exceptions import InvalidJob, UniqueConflict
 from .base import Copy, Execute, Row, Steps, atomic_operation, operation
 
 #: What ``enqueue_many`` does with a unique job whose key is taken.
@@ -99,7 +99,9 @@ def enqueue_one(job: PreparedJob) -> Steps[EnqueuedJob]:
 
 @atomic_operation
 def enqueue_many(
-    jobs: Sequence[PreparedJob], on_conflict: str = "raise"
+    jobs: Sequence[PreparedJob],
+    on_conflict: str = "raise",
+    job_ids: Sequence[int] | None = None,
 ) -> Steps[list[int | None]]:
     """Write prepared jobs with COPY; returns their ids in input order.
 
@@ -112,9 +114,18 @@ def enqueue_many(
     written one by one too (a dependency must already exist, so it cannot
     be a job of the same batch); one naming an unknown job raises
     ``InvalidJob`` and nothing of the batch is written.
+
+    ``job_ids``: the ids the jobs are written with, in input order, instead
+    of new ones (the outbox relay's, reserved when the jobs were written to
+    the outbox); only for jobs without unique keys or dependencies.  The
+    reservations still draw numbers from ``awa.job_id_seq``, unused.
     """
     if not jobs:
         return []
+    if job_ids is not None and any(
+        job.unique_key is not None or job.depends_on is not None for job in jobs
+    ):
+        raise InvalidJob("jobs written with given ids have no unique key and no dependencies")
     ids: list[int | None] = [0] * len(jobs)
     plain: list[int] = []
     for index, item in enumerate(jobs):
@@ -148,7 +159,9 @@ def enqueue_many(
                 "enqueue", "reserve_ready_run", [queues[first], jobs[first].priority, len(ready)]
             )
             if rows:
-                yield Copy(_sql("copy_ready_run"), _run_rows(jobs, queues, ready, rows[0], ids))
+                yield Copy(
+                    _sql("copy_ready_run"), _run_rows(jobs, queues, ready, rows[0], ids, job_ids)
+                )
                 placed = True
         if not placed:
             routed = yield Execute.named(
@@ -161,10 +174,12 @@ def enqueue_many(
                     [jobs[i].run_at for i in ready],
                 ],
             )
-            yield Copy(_sql("copy_ready"), _ready_rows(jobs, queues, ready, routed, ids))
+            yield Copy(_sql("copy_ready"), _ready_rows(jobs, queues, ready, routed, ids, job_ids))
     if deferred:
         reserved = yield Execute.named("enqueue", "reserve_job_ids", [len(deferred)])
-        yield Copy(_sql("copy_deferred"), _deferred_rows(jobs, queues, deferred, reserved, ids))
+        yield Copy(
+            _sql("copy_deferred"), _deferred_rows(jobs, queues, deferred, reserved, ids, job_ids)
+        )
     return ids
 
 
@@ -210,6 +225,7 @@ def _ready_rows(
     ready: list[int],
     routed: list[Row],
     ids: list[int | None],
+    given: Sequence[int] | None = None,
 ) -> str:
     """The COPY text for the ready rows (formatted here: psycopg's per-row
     adaptation costs more than the whole insert on large batches).
@@ -222,6 +238,8 @@ def _ready_rows(
     for ord_, job_id, shard, lane_seq, slot, generation, created_at in routed:
         index = ready[ord_ - 1]
         item = jobs[index]
+        if given is not None:
+            job_id = given[index]
         ids[index] = job_id
         lines.append(
             f"{slot}\t{generation}\t{esc(queues[index])}\t{item.priority}\t{shard}\t{lane_seq}\t"
@@ -237,10 +255,13 @@ def _run_rows(
     ready: list[int],
     reserved: Row,
     ids: list[int | None],
+    given: Sequence[int] | None = None,
 ) -> str:
     """The COPY text for a batch reserved as one run (``copy_ready_run``):
     the lane columns are the same on every row, positions follow input order."""
     job_ids, shard, first_seq, slot, generation, _created_at = reserved
+    if given is not None:
+        job_ids = [given[index] for index in ready]
     esc = _escaper()
     first = jobs[ready[0]]
     lane = f"{slot}\t{generation}\t{esc(queues[ready[0]])}\t{first.priority}\t{shard}\t"
@@ -257,12 +278,15 @@ def _deferred_rows(
     deferred: list[int],
     reserved: list[Row],
     ids: list[int | None],
+    given: Sequence[int] | None = None,
 ) -> str:
     """The COPY text for ``deferred_jobs`` rows (scheduled for later)."""
     esc = _escaper()
     lines = []
     for index, (job_id, created_at) in zip(deferred, reserved, strict=True):
         item = jobs[index]
+        if given is not None:
+            job_id = given[index]
         ids[index] = job_id
         lines.append(
             f"{job_id}\tscheduled\t{esc(queues[index])}\t{item.priority}\t{_body(item, esc)}\t"

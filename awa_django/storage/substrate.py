@@ -28,8 +28,9 @@ from .base import Execute, Steps, operation, single
 # (0002_audit_log), 3 marks sequential waits and places DLQ retries ready at
 # once (0003_dlq_retry_ready), 4 adds the search by arguments (0004_args_search),
 # 5 the atomic handlers' close, awa.complete_receipt (0005_atomic_closures),
-# 6 the edit and retry of a job (0006_edit_and_retry).
-SCHEMA_VERSION = 9
+# 6 the edit and retry of a job (0006_edit_and_retry), ..., 10 the outbox relay's
+# fence (0011_outbox_fence).
+SCHEMA_VERSION = 10
 
 
 class RunAwaSQL(migrations.RunSQL):
@@ -85,6 +86,18 @@ class RunAwaSQL(migrations.RunSQL):
             return
         if self._applies(schema_editor.connection):
             schema_editor.execute(schema_file(self.reverse), params=None)
+
+
+class RunOutboxSQL(RunAwaSQL):
+    """Run an outbox file (``outbox.sql``) on the alias ``AWA["OUTBOX_DATABASE"]``
+    names, the application's database in outbox mode; other aliases, and
+    every alias when outbox mode is off, are skipped."""
+
+    def describe(self) -> str:
+        return f"Run awa outbox SQL {self.forward}"
+
+    def _applies(self, connection: BaseDatabaseWrapper) -> bool:
+        return connection.alias == awa_settings().outbox_database
 
 
 @operation

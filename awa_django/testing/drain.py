@@ -12,6 +12,9 @@ test's own uncommitted jobs, and handlers' ORM writes join the same
 transaction.  An ``atomic=True`` handler runs in a savepoint of it with its
 close, as on a worker: when it raises, its writes are rolled back.
 
+In outbox mode (``AWA["OUTBOX_DATABASE"]``) each pass first relays what
+the outbox holds to the queue database, as ``manage.py awa_relay`` would.
+
 Jobs the drained handlers enqueue are ready once the pass ends; with
 ``with_recursion`` (the default) the next pass runs them, until a pass
 finds nothing.  Jobs that are scheduled or waiting for a retry are not
@@ -52,6 +55,7 @@ from ..runtime.attempts.atomic import Settled, close_in_transaction
 from ..runtime.attempts.attempt import MustWait, definition_for, step
 from ..runtime.attempts.executor import context_for
 from ..runtime.attempts.handlers import call_handler
+from ..runtime.relay import relay_all
 from ..storage import testing as testing_store
 from ..storage.attempts import claim, close_attempts
 from ..storage.base import run
@@ -101,6 +105,8 @@ def drain(
     counts = dict.fromkeys(OUTCOMES, 0)
     left = limit
     while left is None or left > 0:
+        if database is None:
+            relay_all()  # outbox mode: what the test's code enqueued reaches the queue first
         frozen = clock.frozen()
         if frozen is not None:
             run(testing_store.promote_until(frozen, queue, PROMOTE_BATCH), database)

@@ -291,8 +291,17 @@ def assert_unapplying_drops_only(queue: str, target: str, version: int, dropped)
     assert run(installed_version()) == SCHEMA_VERSION
 
 
+def _fence_objects(line: str) -> bool:
+    return "outbox_fence" in line
+
+
 def _lease_objects(line: str) -> bool:
-    return "maintenance_lease" in line or "runtime_instances.connection_mode" in line
+    """0008's objects, and those of every later migration (unapplied with it)."""
+    return (
+        "maintenance_lease" in line
+        or "runtime_instances.connection_mode" in line
+        or _fence_objects(line)
+    )
 
 
 @pytest.mark.django_db(transaction=True)
@@ -310,3 +319,9 @@ def test_unapplying_edit_and_retry_drops_only_its_function(reset_awa, queue):
 def test_unapplying_the_maintenance_lease_drops_only_its_objects(reset_awa, queue):
     assert any(line.startswith("rel maintenance_lease ") for line in fingerprint())
     assert_unapplying_drops_only(queue, "0007_job_window_by_id", 7, _lease_objects)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_unapplying_the_outbox_fence_drops_only_its_objects(reset_awa, queue):
+    assert any(line.startswith("rel outbox_fence ") for line in fingerprint())
+    assert_unapplying_drops_only(queue, "0010_job_arguments_permission", 9, _fence_objects)

@@ -280,6 +280,7 @@ class ResultTests(BackendTestCase):
 
     def test_status_of_each_awa_state(self):
         expected = {
+            "pending": TaskResultStatus.READY,
             "available": TaskResultStatus.READY,
             "scheduled": TaskResultStatus.READY,
             "waiting": TaskResultStatus.READY,

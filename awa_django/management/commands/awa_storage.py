@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from awa_django import ops
 from awa_django.management.options import add_database_argument
 from awa_django.management.output import Column, Output
+from awa_django.ops.outbox import outbox_status
 
 
 def _milliseconds(value: float | None) -> str:
@@ -77,6 +78,7 @@ class Command(BaseCommand):
         out = Output.of(self.stdout, options)
         report = ops.storage_status(database=options["database"])
         report["capacity"] = ops.capacity_status(database=options["database"])
+        report["outbox"] = outbox_status()
         if options["json"]:
             out.json(report)
             return
@@ -106,6 +108,12 @@ class Command(BaseCommand):
                 for name, ring in report["rings"].items()
             ],
         )
+        if report["outbox"] is not None:
+            outbox = report["outbox"]
+            out.line(
+                f"Outbox ({outbox['database']}): {outbox['pending']} jobs to relay, "
+                f"relay lag {outbox['lag_seconds']:g} s"
+            )
         leader = report["leader"]
         out.line(
             f"Leader: {leader['application_name'] or '(name hidden from this role)'} "

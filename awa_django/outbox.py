@@ -1,0 +1,102 @@
+"""Outbox mode: enqueue into the application's transaction, relay to the queue.
+
+With ``AWA["DATABASE"]`` naming the queue's own database and
+``AWA["OUTBOX_DATABASE"]`` the application's, ``enqueue``, ``enqueue_many``
+and the Tasks backend write jobs to the outbox in the application's database,
+on Django's connection for it: the job commits or rolls back with the
+business rows of the caller's ``transaction.atomic()`` block.  The relay
+(``manage.py awa_relay``) then writes each committed job to the queue
+database exactly once.
+
+A job's id is the queue's own, reserved in blocks from the queue database's
+sequence (one round trip per :data:`ID_BLOCK` jobs a process enqueues), so
+the reference ``enqueue`` returns (state ``"pending"``) names the job the
+relay writes: ``ops.get_job(ref.id)`` finds it once relayed.  A job given an
+explicit ``.using(database=...)`` is written there directly, as before.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import threading
+from collections.abc import Sequence
+
+from .conf import awa_settings
+from .domain.records import EnqueuedJob, PreparedJob
+from .exceptions import InvalidJob
+from .storage import outbox as store
+from .storage.base import run
+
+#: Job ids a process reserves from the queue database at a time.
+ID_BLOCK = 200
+
+
+def outbox_alias(prepared: Sequence[PreparedJob]) -> str | None:
+    """The outbox database these jobs go to, or None when they go to the
+    queue directly (no outbox configured, or a job names its database)."""
+    alias = awa_settings().outbox_database
+    if alias is None or any(job.database is not None for job in prepared):
+        return None
+    return alias
+
+
+class _IdBlocks:
+    """Job ids reserved from the queue database and not used yet (per
+    process: a forked child starts with none, so no id is used twice)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ids: list[int] = []
+
+    def take(self, count: int) -> list[int]:
+        with self._lock:
+            if len(self._ids) < count:
+                need = count - len(self._ids) + ID_BLOCK
+                self._ids.extend(run(store.reserve_ids(need), awa_settings().database))
+            taken, self._ids = self._ids[:count], self._ids[count:]
+            return taken
+
+    def forget(self) -> None:
+        self._lock = threading.Lock()
+        self._ids = []
+
+
+ids = _IdBlocks()
+os.register_at_fork(after_in_child=ids.forget)
+
+
+def _supported(prepared: Sequence[PreparedJob]) -> None:
+    for job in prepared:
+        if job.unique_key is not None:
+            raise InvalidJob(
+                f"{job.kind}: unique jobs are not supported through the outbox yet; "
+                "enqueue it with .using(database=...) naming the queue database"
+            )
+        if job.depends_on is not None:
+            raise InvalidJob(
+                f"{job.kind}: jobs with dependencies are not supported through the outbox yet; "
+                "enqueue it with .using(database=...) naming the queue database"
+            )
+
+
+def write_one(job: PreparedJob, alias: str) -> EnqueuedJob:
+    """Write ``job`` to the outbox of ``alias``, in the caller's transaction."""
+    _supported([job])
+    (job_id,) = ids.take(1)
+    written = run(store.write_one(job, job_id), alias)
+    return _reference(job, job_id, written)
+
+
+def write_many(jobs: Sequence[PreparedJob], alias: str) -> list[int]:
+    """Write ``jobs`` to the outbox of ``alias`` with one COPY; their ids."""
+    _supported(jobs)
+    job_ids = ids.take(len(jobs))
+    run(store.write_many(jobs, job_ids), alias)
+    return job_ids
+
+
+def _reference(job: PreparedJob, job_id: int, written: dt.datetime) -> EnqueuedJob:
+    return EnqueuedJob(
+        job_id, job.kind, job.queue, job.priority, store.PENDING, job.run_at or written
+    )

@@ -1,0 +1,49 @@
+-- The relay's fence: which outbox entries the queue already holds.
+--
+-- In outbox mode (AWA["OUTBOX_DATABASE"], docs/howto/queue-database.md)
+-- producers write jobs to awa_outbox.entries in the application's database,
+-- inside the application's transaction, and a relay moves the committed
+-- ones here.  The two databases commit separately, so a relay can die after
+-- this database committed a batch and before the outbox recorded it as
+-- relayed; the next relay then reads the same entries again.  Each batch
+-- therefore first inserts its entries' keys here, in the same transaction
+-- as the jobs, and only the keys that insert is the first to write get a
+-- job: an entry becomes a job exactly once, whichever relay, however often
+-- retried.
+--
+-- The key is the entry's outbox slot and sequence number.  The table is
+-- partitioned by that slot like awa_outbox.entries, and a partition is
+-- emptied by TRUNCATE when the outbox empties its slot (after every entry
+-- in it was recorded as relayed, under a lock no relay in flight can hold
+-- at the same time): append-only, no dead tuples.
+SET LOCAL client_min_messages = warning;
+SELECT pg_advisory_xact_lock(hashtext('awa_django.substrate'));
+-- Substrate 10: the outbox relay's fence.
+UPDATE awa.substrate_info SET schema_version = GREATEST(schema_version, 10);
+
+CREATE TABLE IF NOT EXISTS awa.outbox_fence (
+    slot       smallint    NOT NULL,
+    seq        bigint      NOT NULL,
+    job_id     bigint      NOT NULL,
+    relayed_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (slot, seq)
+) PARTITION BY LIST (slot);
+
+DO $$
+BEGIN
+    FOR s IN 0..3 LOOP
+        EXECUTE format('CREATE TABLE IF NOT EXISTS awa.outbox_fence_%s '
+                       'PARTITION OF awa.outbox_fence FOR VALUES IN (%s)', s, s);
+    END LOOP;
+END
+$$;
+
+-- Empty the fence partition of an outbox slot the outbox is emptying (it
+-- holds that slot's lock, so no relay is writing keys of it here).
+CREATE OR REPLACE FUNCTION awa.truncate_outbox_fence(p_slot smallint)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE format('TRUNCATE awa.outbox_fence_%s', p_slot);
+END
+$$;

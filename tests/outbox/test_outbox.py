@@ -1,0 +1,273 @@
+"""Outbox mode: jobs commit with the application's transaction and reach the
+queue database exactly once, in order.
+
+Two real databases of the test server (see conftest), real commits; the
+relay is the production one (``runtime.relay.Relay``), driven by hand so a
+test can stop it between its two commits.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+
+import psycopg
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from testapp import jobs as testapp_jobs
+from testapp.models import Execution
+
+from awa_django import InvalidJob, enqueue_many, ops
+from awa_django.jobs import Unique
+from awa_django.runtime.relay import Relay, listen, relay_all
+from awa_django.storage import outbox as store
+from awa_django.storage.base import run
+from awa_django.storage.connection import conninfo
+from awa_django.testing import drain
+from tests.outbox.conftest import OUTBOX, QUEUE
+
+pytestmark = OUTBOX
+
+
+def _outbox_rows() -> int:
+    with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM awa_outbox.entries")
+        return int(cursor.fetchone()[0])
+
+
+def _queue_jobs(queue: str) -> list[tuple[int, list]]:
+    """(id, args) of the queue database's jobs of ``queue``, in claim order."""
+    with connections[QUEUE].cursor() as cursor:
+        cursor.execute(
+            "SELECT job_id, args FROM awa.ready_entries WHERE queue = %s "
+            "ORDER BY priority, lane_seq",
+            [queue],
+        )
+        return [(row[0], row[1]) for row in cursor.fetchall()]
+
+
+def test_a_job_commits_with_the_application_transaction(outbox_mode, queue):
+    with transaction.atomic():
+        Execution.objects.create(job_id=0, label="order-1", attempt=1)
+        ref = testapp_jobs.record.using(queue=queue).enqueue("order-1")
+    assert ref.state == store.PENDING
+    assert _queue_jobs(queue) == []  # in the outbox, not the queue yet
+
+    with transaction.atomic():
+        Execution.objects.create(job_id=0, label="order-2", attempt=1)
+        testapp_jobs.record.using(queue=queue).enqueue("order-2")
+        transaction.set_rollback(True)
+
+    assert relay_all() == 1
+    assert _queue_jobs(queue) == [(ref.id, ["order-1"])]
+    assert ops.get_job(ref.id).state == "available"
+    assert ops.get_job(ref.id).args == ["order-1"]
+
+
+def test_drain_relays_first_and_runs_the_jobs(outbox_mode, queue):
+    ref = testapp_jobs.record.using(queue=queue).enqueue("drained")
+    assert drain(queue)["completed"] == 1
+    assert ops.get_job(ref.id).state == "completed"
+    assert Execution.objects.filter(label="drained").count() == 1
+
+
+def test_enqueue_many_keeps_the_order_of_each_lane(outbox_mode, queue):
+    first = enqueue_many([testapp_jobs.noop.using(queue=queue).prepare(n) for n in range(500)])
+    with transaction.atomic():
+        second = [testapp_jobs.noop.using(queue=queue).enqueue(n).id for n in range(500, 520)]
+    relay = Relay(batch=64)  # several batches
+    relay.relay_pending()
+    assert relay.stats.relayed == 520
+    assert relay.stats.batches > 5
+    assert _queue_jobs(queue) == [(job_id, [n]) for n, job_id in enumerate([*first, *second])]
+
+
+def test_a_relay_that_dies_before_its_outbox_commit_writes_no_job_twice(outbox_mode, queue):
+    ids = enqueue_many([testapp_jobs.noop.using(queue=queue).prepare(n) for n in range(10)])
+    # The queue database commits the batch; the outbox transaction, where the
+    # entries would be recorded as relayed, never does (the relay died).
+    with pytest.raises(RuntimeError), transaction.atomic(using=DEFAULT_DB_ALIAS):
+        entries = run(store.pending(100), DEFAULT_DB_ALIAS)
+        assert run(store.relay_batch(entries), QUEUE) == ids
+        raise RuntimeError("killed")
+    assert run(store.depth(), DEFAULT_DB_ALIAS).pending == 10
+
+    relay = Relay()
+    relay.relay_pending()
+    assert (relay.stats.relayed, relay.stats.fenced) == (0, 10)
+    assert [job_id for job_id, _ in _queue_jobs(queue)] == ids
+    assert run(store.depth(), DEFAULT_DB_ALIAS).pending == 0
+
+
+def test_the_ring_turns_and_empties_what_was_relayed(outbox_mode, queue):
+    relay = Relay(rotate_after=0)
+    for round_ in range(6):  # more rounds than slots
+        enqueue_many([testapp_jobs.noop.using(queue=queue).prepare(round_)] * 3)
+        relay.relay_pending()
+        relay.maintain()
+    relay.maintain()
+    assert relay.stats.rotations >= 6
+    assert relay.stats.emptied >= 5
+    assert _outbox_rows() <= 3  # at most the current slot's
+    with connections[QUEUE].cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM awa.outbox_fence")
+        assert cursor.fetchone()[0] <= 3
+    assert len(_queue_jobs(queue)) == 18
+
+
+def test_a_producer_still_writing_to_the_previous_slot_keeps_it(outbox_mode, queue):
+    """A producer's transaction open on a slot the ring has left: the slot is
+    not emptied under it, and its job is relayed once it commits."""
+    relay = Relay(rotate_after=0)
+    testapp_jobs.noop.using(queue=queue).enqueue(1)
+    with psycopg.connect(conninfo(DEFAULT_DB_ALIAS)) as late:
+        late.execute(
+            "INSERT INTO awa_outbox.entries (slot, job_id, queue, priority, kind, args, kwargs,"
+            " metadata, tags, max_attempts) SELECT r.slot, %s, %s, 2, 'testapp.noop', '[2]',"
+            " '{}', '{}', '{}', 3 FROM awa_outbox.ring r",
+            [run(store.reserve_ids(1), QUEUE)[0], queue],
+        )
+        relay.relay_pending()
+        relay.maintain()  # turns the ring; slot 0 is locked by the open transaction
+        relay.maintain()
+        assert relay.stats.rotations == 1
+        assert relay.stats.emptied == 0
+        late.commit()
+    relay.relay_pending()
+    relay.maintain()
+    assert relay.stats.emptied == 1
+    assert [args for _, args in _queue_jobs(queue)] == [[1], [2]]
+
+
+def test_unique_and_dependent_jobs_are_refused_with_nothing_written(outbox_mode, queue):
+    with pytest.raises(InvalidJob, match="unique jobs are not supported through the outbox"):
+        testapp_jobs.noop.using(queue=queue, unique=Unique(by_args=False)).enqueue(1)
+    ref = testapp_jobs.noop.using(queue=queue, database=QUEUE).enqueue(2)
+    with pytest.raises(InvalidJob, match="dependencies are not supported through the outbox"):
+        testapp_jobs.noop.using(queue=queue, depends_on=[ref.id]).enqueue(3)
+    assert _outbox_rows() == 0
+
+
+def test_a_job_naming_its_database_skips_the_outbox(outbox_mode, queue):
+    ref = testapp_jobs.noop.using(queue=queue, database=QUEUE).enqueue(1)
+    assert ref.state == "available"
+    assert _outbox_rows() == 0
+
+
+def test_the_relay_command(outbox_mode, queue, capsys):
+    testapp_jobs.noop.using(queue=queue).enqueue(1)
+    call_command("awa_relay", "--once")
+    assert "relayed 1 jobs" in capsys.readouterr().out
+    assert len(_queue_jobs(queue)) == 1
+    call_command("awa_relay", "--install")  # idempotent
+
+
+def test_the_relay_command_wants_outbox_mode(settings):
+    settings.AWA = {**settings.AWA, "OUTBOX_DATABASE": None}
+    with pytest.raises(CommandError, match="OUTBOX_DATABASE"):
+        call_command("awa_relay", "--once")
+
+
+def test_the_relay_loop_wakes_on_notify(outbox_mode, queue):
+    relay = Relay()
+    stop, wake = threading.Event(), threading.Event()
+
+    def relay_until_stopped() -> None:
+        try:
+            relay.run(stop, poll=30, wake=wake)
+        finally:
+            connections.close_all()  # this thread's
+
+    listener = threading.Thread(target=listen, args=(DEFAULT_DB_ALIAS, wake, stop))
+    listener.start()
+    with psycopg.connect(conninfo(DEFAULT_DB_ALIAS), autocommit=True) as probe:
+        # Wait for the listener's LISTEN (pg_stat_activity shows its query).
+        while not probe.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN awa_outbox' "
+            "AND datname = current_database()"
+        ).fetchone()[0]:
+            stop.wait(0.01)
+    thread = threading.Thread(target=relay_until_stopped)
+    thread.start()
+    try:
+        ref = testapp_jobs.noop.using(queue=queue).enqueue(1)
+        # No poll for 30 s: only the NOTIFY of the commit can wake the relay.
+        with psycopg.connect(conninfo(QUEUE), autocommit=True) as probe:
+            for _ in range(1000):
+                if probe.execute(
+                    "SELECT count(*) FROM awa.ready_entries WHERE job_id = %s", [ref.id]
+                ).fetchone()[0]:
+                    break
+                stop.wait(0.01)
+        assert _queue_jobs(queue) == [(ref.id, [1])]
+    finally:
+        stop.set()
+        wake.set()
+        thread.join(10)
+        listener.join(10)
+
+
+def test_a_pending_job_reads_from_the_outbox_until_relayed(outbox_mode, queue):
+    ref = testapp_jobs.record.using(queue=queue, tags=["t"]).enqueue("read me")
+    info = ops.get_job(ref.id)
+    assert (info.state, info.args, info.tags, info.queue) == ("pending", ["read me"], ["t"], queue)
+    relay_all()
+    assert ops.get_job(ref.id).state == "available"
+    assert ops.get_job(ref.id + 10**9) is None
+
+
+def test_depth_lag_and_storage_status(outbox_mode, queue):
+    assert ops.outbox_depth().pending == 0
+    assert ops.outbox_depth().lag_seconds == 0
+    enqueue_many([testapp_jobs.noop.using(queue=queue).prepare(n) for n in range(3)])
+    depth = ops.outbox_depth()
+    assert depth.pending == 3
+    assert depth.oldest is not None
+    out = io.StringIO()
+    call_command("awa_storage", "status", "--json", stdout=out)
+    report = json.loads(out.getvalue())["outbox"]
+    assert (report["database"], report["pending"]) == (DEFAULT_DB_ALIAS, 3)
+    relay_all()
+    assert ops.outbox_depth().pending == 0
+
+
+def test_the_tasks_backend_enqueues_through_the_outbox(outbox_mode, queue):
+    from testapp import tasks
+
+    from tests.tasks.framework import TaskResultStatus
+
+    result = tasks.add.using(queue_name=queue).enqueue(2, b=3)
+    assert result.status == TaskResultStatus.READY
+    assert ops.get_job(int(result.id)).state == "pending"
+    assert drain(queue)["completed"] == 1
+    assert tasks.add.get_result(result.id).return_value == 5
+
+
+def test_outbox_and_queue_on_one_alias_is_a_check_error(settings):
+    from django.core import checks
+
+    settings.AWA = {**settings.AWA, "OUTBOX_DATABASE": "default"}
+    ids = [message.id for message in checks.run_checks()]
+    assert "awa_django.E008" in ids
+
+
+def test_the_how_to_example(outbox_mode):
+    from django.contrib.auth.models import User
+    from django.core import mail
+    from django.test import override_settings
+
+    from docs.examples import queue_database as example
+    from tests.django.test_docs_examples import LOCMEM
+
+    with pytest.raises(RuntimeError, match="payment declined"):
+        example.register("declined", "declined@example.com", fail_after=True)
+    ref = example.register("ada", "ada@example.com")
+    assert ref.state == "pending"
+    assert not User.objects.filter(username="declined").exists()
+    with override_settings(**LOCMEM):
+        assert drain("email")["completed"] == 1
+    [sent] = mail.outbox
+    assert sent.to == ["ada@example.com"]
+    assert ops.get_job(ref.id).state == "completed"
