@@ -42,24 +42,26 @@ def outbox_alias(prepared: Sequence[PreparedJob]) -> str | None:
 
 
 class _IdBlocks:
-    """Job ids reserved from the queue database and not used yet (per
-    process: a forked child starts with none, so no id is used twice)."""
+    """Job ids reserved from the queue database and not used yet, per queue
+    database alias (per process: a forked child starts with none, so no id
+    is used twice)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._ids: list[int] = []
+        self._ids: dict[str, list[int]] = {}
 
     def take(self, count: int) -> list[int]:
+        alias = awa_settings().database
         with self._lock:
-            if len(self._ids) < count:
-                need = count - len(self._ids) + ID_BLOCK
-                self._ids.extend(run(store.reserve_ids(need), awa_settings().database))
-            taken, self._ids = self._ids[:count], self._ids[count:]
+            held = self._ids.setdefault(alias, [])
+            if len(held) < count:
+                held.extend(run(store.reserve_ids(count - len(held) + ID_BLOCK), alias))
+            taken, self._ids[alias] = held[:count], held[count:]
             return taken
 
     def forget(self) -> None:
         self._lock = threading.Lock()
-        self._ids = []
+        self._ids = {}
 
 
 ids = _IdBlocks()

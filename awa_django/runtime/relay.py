@@ -27,12 +27,13 @@ It runs on Django's connections for the two aliases, so the same code serves
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from dataclasses import dataclass
 
-from django.db import transaction
+from django.db import DatabaseError, InterfaceError, connections, transaction
 
 from ..conf import awa_settings
 from ..storage import outbox as store
@@ -127,6 +128,11 @@ class Relay:
             run(store.empty_slot(slot, truncate=True), self.outbox)
         return True
 
+    def _reconnect(self) -> None:
+        for alias in (self.outbox, self.queue):
+            with contextlib.suppress(DatabaseError, InterfaceError):
+                connections[alias].close()
+
     def run(
         self,
         stop: threading.Event,
@@ -139,14 +145,26 @@ class Relay:
         empty).  ``wake``: set by a LISTEN on the outbox channel; without it
         the relay polls every ``poll`` seconds."""
         last_maintained = 0.0
+        failures = 0
         while not stop.is_set():
-            read = self.relay_pending()
-            now = time.monotonic()
-            if now - last_maintained >= min(self.rotate_after, poll):
-                self.maintain()
-                last_maintained = now
-            if burst and read == 0 and run(store.depth(), self.outbox).pending == 0:
-                return
+            try:
+                read = self.relay_pending()
+                now = time.monotonic()
+                if now - last_maintained >= min(self.rotate_after, poll):
+                    self.maintain()
+                    last_maintained = now
+                if burst and read == 0 and run(store.depth(), self.outbox).pending == 0:
+                    return
+                failures = 0
+            except (DatabaseError, InterfaceError) as exc:
+                # A database restarting, a connection cut: nothing half-done
+                # survives (each step is a transaction, the fence covers the
+                # gap between the two), so start over on new connections.
+                failures += 1
+                log.warning("relay: %s; retrying on new connections", exc)
+                self._reconnect()
+                stop.wait(min(0.1 * 2**failures, 5.0))
+                continue
             if read:
                 continue
             if wake is None:

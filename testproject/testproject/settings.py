@@ -79,6 +79,10 @@ DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = env.bool("DATABASE_POOLED"
 # A direct connection beside a pooled default: awa's LISTEN and election.
 if env("SESSION_DATABASE_URL", default=""):
     DATABASES["session"] = env.db_url("SESSION_DATABASE_URL")
+# The queue's own database in outbox mode (tests/outbox: AWA_SETTINGS_JSON
+# then names it AWA["DATABASE"] and "default" AWA["OUTBOX_DATABASE"]).
+if env("QUEUE_DATABASE_URL", default=""):
+    DATABASES["queue"] = env.db_url("QUEUE_DATABASE_URL")
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 USE_TZ = True
