@@ -1,4 +1,4 @@
-"""``kill -9`` of the relay, again and again, while producers commit jobs:
+"""``kill -9`` of the relay, again and again, while a producer commits jobs:
 every committed job reaches the queue database once, in order per lane.
 
 The relay is the real ``manage.py awa_relay`` process; the producer is a
@@ -12,25 +12,21 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 
-from django.db import connections, transaction
-from testapp import jobs as testapp_jobs
+from django.db import connections
 
 from awa_django.runtime.relay import relay_all
 from tests.conftest import ROOT, database_url, wait_for
 from tests.outbox.conftest import OUTBOX, QUEUE
+from tests.outbox.producers import LANE_ORDER, Producer, assert_exactly_once
 
 pytestmark = OUTBOX
 
 KILLS = 8
-#: A bound on the producer, which otherwise commits until the last kill.
-MAX_TRANSACTIONS = 20_000
 
 
 def _relay_process(queue_database: str, log) -> subprocess.Popen:
@@ -38,18 +34,9 @@ def _relay_process(queue_database: str, log) -> subprocess.Popen:
     env["DATABASE_URL"] = database_url()
     env["QUEUE_DATABASE_URL"] = database_url(queue_database)
     env["AWA_SETTINGS_JSON"] = json.dumps({"DATABASE": QUEUE, "OUTBOX_DATABASE": "default"})
+    args = ["awa_relay", "--batch", "25", "--poll", "0.05", "--rotate-after", "0.1"]
     return subprocess.Popen(
-        [
-            sys.executable,
-            str(ROOT / "testproject" / "manage.py"),
-            "awa_relay",
-            "--batch",
-            "25",
-            "--poll",
-            "0.05",
-            "--rotate-after",
-            "0.1",
-        ],
+        [sys.executable, str(ROOT / "testproject" / "manage.py"), *args],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=log,
@@ -62,77 +49,31 @@ def _fenced() -> int:
         return int(cursor.fetchone()[0])
 
 
-def _relayed_jobs(queues: list[str]) -> list[tuple[int, str, int]]:
-    """(job id, queue, argument) of the queue database's jobs, in lane order."""
-    with connections[QUEUE].cursor() as cursor:
-        cursor.execute(
-            "SELECT job_id, queue, (args->>0)::int FROM awa.ready_entries "
-            "WHERE queue = ANY(%s) ORDER BY queue, priority, lane_seq",
-            [queues],
-        )
-        return [tuple(row) for row in cursor.fetchall()]
-
-
 def test_kill_9_the_relay_under_load_loses_and_duplicates_nothing(
     outbox_mode, queue_database, queue
 ):
     queues = [f"{queue}-a", f"{queue}-b"]
-    committed: dict[str, list[tuple[int, int]]] = {name: [] for name in queues}
-    stop, done = threading.Event(), threading.Event()
-    failure: list[BaseException] = []
-    rng = random.Random(7)
-
-    def produce() -> None:
-        counters = dict.fromkeys(queues, 0)
-        try:
-            for _ in range(MAX_TRANSACTIONS):
-                if stop.is_set():
-                    break
-                written: list[tuple[str, int, int]] = []
-                rollback = rng.random() < 0.1
-                with transaction.atomic():
-                    for _ in range(rng.randint(1, 8)):
-                        name = rng.choice(queues)
-                        counters[name] += 1
-                        ref = testapp_jobs.noop.using(queue=name).enqueue(counters[name])
-                        written.append((name, ref.id, counters[name]))
-                    transaction.set_rollback(rollback)
-                if not rollback:
-                    for name, job_id, n in written:
-                        committed[name].append((job_id, n))
-        except BaseException as exc:  # reported by the test thread
-            failure.append(exc)
-        finally:
-            connections.close_all()
-            done.set()
-
-    producer = threading.Thread(target=produce)
+    producer = Producer(queues, seed=7)
     with tempfile.TemporaryFile("w+") as log:
         producer.start()
         try:
-            kills = 0
-            while kills < KILLS and not done.is_set():
+            for _ in range(KILLS):
                 relay = _relay_process(queue_database, log)
                 try:
                     before = _fenced()
-                    wait_for(lambda b=before: done.is_set() or _fenced() >= b + 30, timeout=60)
+                    wait_for(lambda b=before: producer.done.is_set() or _fenced() >= b + 30)
                 finally:
                     relay.send_signal(signal.SIGKILL)
                     relay.wait(30)
-                kills += 1
+                assert not producer.done.is_set(), f"the producer stopped: {producer.failure}"
         finally:
-            stop.set()
+            producer.stop()
             producer.join(120)
         log.seek(0)
-        assert not failure, failure
-        assert kills == KILLS, f"the producer stopped after {kills} kills"
+        assert producer.failure is None, producer.failure
         assert "Traceback" not in log.read()
 
     relay_all()  # what the last kill left, by a relay of this process
-    rows = _relayed_jobs(queues)
-    ids = [job_id for job_id, _, _ in rows]
-    expected = sorted(job_id for name in queues for job_id, _ in committed[name])
-    assert len(ids) == len(set(ids)), "a job was relayed twice"
-    assert sorted(ids) == expected, "a committed job was lost (or a rolled-back one relayed)"
-    for name in queues:  # each lane in the order its jobs were committed
-        assert [(job_id, n) for job_id, q, n in rows if q == name] == committed[name]
+    with connections[QUEUE].cursor() as cursor:
+        cursor.execute(LANE_ORDER, [queues])
+        assert_exactly_once(cursor.fetchall(), producer)

@@ -5,9 +5,9 @@ The application's database is the suite's (on the machine's server, with the
 outbox); the queue's is a throwaway cluster (``awa_pg``), crashed with
 ``pg_ctl restart -m immediate`` semantics while a producer thread commits
 jobs through the outbox and a real ``manage.py awa_relay`` moves them.
-Producers whose id reservation meets the server down fail their transaction
-(nothing committed, as the caller of ``enqueue`` would see); the relay
-retries on new connections.
+A producer whose id reservation meets the server down fails its
+transaction (nothing committed, as the caller of ``enqueue`` would see);
+the relay retries on new connections.
 """
 
 from __future__ import annotations
@@ -16,21 +16,19 @@ import contextlib
 import copy
 import json
 import os
-import random
 import subprocess
 import sys
 import tempfile
-import threading
 from collections.abc import Iterator
 
 import psycopg
 import pytest
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError, connections, transaction
-from testapp import jobs as testapp_jobs
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 
 from awa_django.storage import outbox as store
 from awa_django.storage.base import run
 from tests.conftest import ROOT, database_url, wait_for
+from tests.outbox.producers import LANE_ORDER, Producer, assert_exactly_once
 from tests.reliability.conftest import AwaDatabase
 
 pytestmark = [pytest.mark.chaos, pytest.mark.xdist_group("clusters")]
@@ -88,45 +86,13 @@ def _queue_scalar(db: AwaDatabase, sql: str, params=()) -> int | None:
 def test_crashing_the_queue_server_mid_relay_loses_and_duplicates_nothing(queue_on_cluster, queue):
     db = queue_on_cluster
     queues = [f"{queue}-a", f"{queue}-b"]
-    committed: dict[str, list[tuple[int, int]]] = {name: [] for name in queues}
-    stop, done = threading.Event(), threading.Event()
-    failure: list[BaseException] = []
-    refused = [0]
-    rng = random.Random(11)
-
-    def produce() -> None:
-        counters = dict.fromkeys(queues, 0)
-        try:
-            while not stop.is_set():
-                written: list[tuple[str, int, int]] = []
-                try:
-                    with transaction.atomic():
-                        for _ in range(rng.randint(1, 8)):
-                            name = rng.choice(queues)
-                            counters[name] += 1
-                            ref = testapp_jobs.noop.using(queue=name).enqueue(counters[name])
-                            written.append((name, ref.id, counters[name]))
-                except (DatabaseError, InterfaceError):
-                    # The queue server is down for an id reservation: this
-                    # transaction rolled back; its numbers are not reused.
-                    refused[0] += 1
-                    connections[QUEUE].close()
-                    stop.wait(0.05)
-                    continue
-                for name, job_id, n in written:
-                    committed[name].append((job_id, n))
-        except BaseException as exc:  # reported by the test thread
-            failure.append(exc)
-        finally:
-            connections.close_all()
-            done.set()
-
+    producer = Producer(queues, seed=11)
     env = dict(os.environ)
     env["DATABASE_URL"] = database_url()
     env["QUEUE_DATABASE_URL"] = db.url
     env["AWA_SETTINGS_JSON"] = json.dumps({"DATABASE": "queue", "OUTBOX_DATABASE": "default"})
     manage_py = str(ROOT / "testproject" / "manage.py")
-    producer = threading.Thread(target=produce)
+    fenced = "SELECT count(*) + 1 FROM awa.outbox_fence"  # + 1: never 0 while up
     with tempfile.TemporaryFile("w+") as log:
         relay = subprocess.Popen(
             [sys.executable, manage_py, "awa_relay", "--batch", "50", "--poll", "0.05"],
@@ -137,46 +103,25 @@ def test_crashing_the_queue_server_mid_relay_loses_and_duplicates_nothing(queue_
         producer.start()
         try:
             for _ in range(CRASHES):
-                if failure or relay.poll() is not None:
-                    log.seek(0)
-                    pytest.fail(f"{failure} {log.read()[-3000:]}")
-                before = wait_for(
-                    lambda: _queue_scalar(db, "SELECT count(*) + 1 FROM awa.outbox_fence"),
-                    timeout=60,
-                )
-                wait_for(
-                    lambda b=before: (
-                        (_queue_scalar(db, "SELECT count(*) + 1 FROM awa.outbox_fence") or 0)
-                        >= b + 100
-                    ),
-                    timeout=60,
-                )
+                before = wait_for(lambda: _queue_scalar(db, fenced), timeout=60)
+                wait_for(lambda b=before: (_queue_scalar(db, fenced) or 0) >= b + 100, timeout=60)
+                assert relay.poll() is None and not producer.done.is_set()
                 db.cluster.restart("immediate")
-            wait_for(lambda: (_queue_scalar(db, "SELECT 1") or 0) == 1, timeout=60)
-            stop.set()
+            wait_for(lambda: _queue_scalar(db, "SELECT 1") == 1, timeout=60)
+            producer.stop()
             producer.join(60)
             # The relay catches up once the server is back.
             wait_for(lambda: run(store.depth(), DEFAULT_DB_ALIAS).pending == 0, timeout=120)
             assert relay.poll() is None, "the relay exited"
         finally:
-            stop.set()
+            producer.stop()
             relay.terminate()
             relay.wait(30)
         log.seek(0)
         output = log.read()
-    assert not failure, failure
+    assert producer.failure is None, producer.failure
     assert "Traceback" not in output, output[-4000:]
     assert "retrying on new connections" in output  # it did meet the crashes
 
-    with psycopg.connect(db.conninfo, autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT job_id, queue, (args->>0)::int FROM awa.ready_entries "
-            "WHERE queue = ANY(%s) ORDER BY queue, priority, lane_seq",
-            [queues],
-        ).fetchall()
-    ids = [row[0] for row in rows]
-    expected = sorted(job_id for name in queues for job_id, _ in committed[name])
-    assert len(ids) == len(set(ids)), "a job was relayed twice"
-    assert sorted(ids) == expected, "a committed job was lost (or a rolled-back one relayed)"
-    for name in queues:
-        assert [(row[0], row[2]) for row in rows if row[1] == name] == committed[name]
+    with db.connect() as conn:
+        assert_exactly_once(conn.execute(LANE_ORDER, [queues]).fetchall(), producer)
