@@ -13,6 +13,10 @@ sequence (one round trip per :data:`ID_BLOCK` jobs a process enqueues), so
 the reference ``enqueue`` returns (state ``"pending"``) names the job the
 relay writes: ``ops.get_job(ref.id)`` finds it once relayed.  A job given an
 explicit ``.using(database=...)`` is written there directly, as before.
+
+Unique keys and dependencies are checked when the job is relayed, not at
+``enqueue``: a job whose key another job holds, or that names a dependency
+no job has, is written to the queue ``cancelled``, its error saying why.
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ from collections.abc import Sequence
 
 from .conf import awa_settings
 from .domain.records import EnqueuedJob, PreparedJob
-from .exceptions import InvalidJob
 from .storage import outbox as store
 from .storage.base import run
 
@@ -68,23 +71,8 @@ ids = _IdBlocks()
 os.register_at_fork(after_in_child=ids.forget)
 
 
-def _supported(prepared: Sequence[PreparedJob]) -> None:
-    for job in prepared:
-        if job.unique_key is not None:
-            raise InvalidJob(
-                f"{job.kind}: unique jobs are not supported through the outbox yet; "
-                "enqueue it with .using(database=...) naming the queue database"
-            )
-        if job.depends_on is not None:
-            raise InvalidJob(
-                f"{job.kind}: jobs with dependencies are not supported through the outbox yet; "
-                "enqueue it with .using(database=...) naming the queue database"
-            )
-
-
 def write_one(job: PreparedJob, alias: str) -> EnqueuedJob:
     """Write ``job`` to the outbox of ``alias``, in the caller's transaction."""
-    _supported([job])
     (job_id,) = ids.take(1)
     written = run(store.write_one(job, job_id), alias)
     return _reference(job, job_id, written)
@@ -92,7 +80,6 @@ def write_one(job: PreparedJob, alias: str) -> EnqueuedJob:
 
 def write_many(jobs: Sequence[PreparedJob], alias: str) -> list[int]:
     """Write ``jobs`` to the outbox of ``alias`` with one COPY; their ids."""
-    _supported(jobs)
     job_ids = ids.take(len(jobs))
     run(store.write_many(jobs, job_ids), alias)
     return job_ids

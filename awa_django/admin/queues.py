@@ -145,6 +145,9 @@ class QueueAdmin(ConsoleAdmin):
                 "queues": queues,
                 "charts": charts(None),
                 "refresh": REFRESH_SECONDS,
+                # Outbox mode: what waits in the application's database.
+                "outbox": ops.outbox_depth(),
+                "outbox_database": awa_settings().outbox_database,
             },
         )
 

@@ -31,8 +31,8 @@ database it should examine is no use.
 
 The findings live by kind: ``server`` (the horizon, dead tuples, the prune
 role, the substrate), ``fleet`` (heartbeats, runtimes, the leader, unserved
-queues) and ``connectivity`` (the connection budget, NOTIFY); ``findings``
-says what a finding is.  This module runs the probes and hands each result
+queues, the outbox relay) and ``connectivity`` (the connection budget,
+NOTIFY); ``findings`` says what a finding is.  This module runs the probes and hands each result
 to its judge.
 """
 
@@ -50,6 +50,7 @@ from ..domain.connections import WORKER_POOL_SERVICES as WORKER_POOL_SERVICES
 from ..exceptions import InvalidJob
 from ..storage import doctor as probes
 from ..storage import maintenance as maintenance_store
+from ..storage import outbox as outbox_store
 from ..storage import runtimes as runtime_store
 from ..storage import substrate
 from ..storage.base import Operation, run
@@ -115,6 +116,12 @@ def diagnose(
     waiting = doctor.run("queues", probes.waiting_queues(limits.growth_window))
     if waiting is not None and runtimes is not None:
         findings += fleet.unserved_queues(waiting, runtimes, limits)
+    if settings.outbox_database is not None and database is None:
+        outbox = _Probes(settings.outbox_database)
+        depth = outbox.run("outbox", outbox_store.depth())
+        if depth is not None:
+            findings += fleet.relay_lag(depth, settings.outbox_database, limits)
+        doctor.failed += outbox.failed
     visibility = doctor.run("role", probes.role_visibility())
     horizon = doctor.run("prune horizon", maintenance_store.prune_horizon())
     if visibility is not None:

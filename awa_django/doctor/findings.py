@@ -37,6 +37,11 @@ class Limits:
     #: Needing more than this share of the connections the role may open
     #: leaves too little for the web processes, migrations and psql.
     connection_headroom: float = 0.8
+    #: Outbox mode: jobs waiting this long in the outbox mean the relay is
+    #: behind (a warning) ...
+    relay_lag_warning: float = 30.0
+    #: ... or not running (an error).
+    relay_lag_error: float = 300.0
 
 
 DEFAULT_LIMITS = Limits()

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..conf import AwaSettings
-from ..domain.records import RuntimeInfo
+from ..domain.records import OutboxDepth, RuntimeInfo
 from .findings import Finding, Limits, duration
 
 
@@ -198,3 +198,27 @@ def unserved_queues(
             )
         )
     return found
+
+
+def relay_lag(depth: OutboxDepth, alias: str, limits: Limits) -> list[Finding]:
+    """D012: outbox mode, and committed jobs wait in the outbox for longer
+    than the relay should take (it is behind, or nothing relays)."""
+    if depth.pending == 0 or depth.lag_seconds < limits.relay_lag_warning:
+        return []
+    return [
+        Finding(
+            "awa.D012",
+            "error" if depth.lag_seconds >= limits.relay_lag_error else "warning",
+            f"{depth.pending} committed job(s) wait in the outbox of database {alias!r}, the "
+            f"oldest for {duration(depth.lag_seconds)}: the relay is behind or not running",
+            {
+                "outbox_database": alias,
+                "pending": depth.pending,
+                "lag_seconds": round(depth.lag_seconds, 3),
+                "oldest": depth.oldest,
+            },
+            "Start a relay (manage.py awa_relay) or a worker that can lead (maintenance relays "
+            "the outbox too); several relays share the work. If one runs, look at its log for "
+            "errors reaching either database.",
+        )
+    ]

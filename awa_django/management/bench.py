@@ -66,22 +66,25 @@ LATENCIES: list[float] = []
 HANDLER_STARTS: dict[float, float] = {}
 
 
-@job(kind="awa_django.bench.noop_async", queue="awa_bench")
-async def noop_async(enqueued_at: float = 0.0, sent_at: float = 0.0) -> None:
+def record_pickup(enqueued_at: float, sent_at: float) -> None:
+    """A bench handler's first line: the pickup latency (``enqueued_at``,
+    wall clock) and the handler's start for the hop breakdown (``sent_at``,
+    the producer's perf_counter); 0 skips either."""
     started = time.perf_counter()
     if enqueued_at:
         LATENCIES.append(time.time() - enqueued_at)
     if sent_at:
         HANDLER_STARTS[sent_at] = started
+
+
+@job(kind="awa_django.bench.noop_async", queue="awa_bench")
+async def noop_async(enqueued_at: float = 0.0, sent_at: float = 0.0) -> None:
+    record_pickup(enqueued_at, sent_at)
 
 
 @job(kind="awa_django.bench.noop_sync", queue="awa_bench")
 def noop_sync(enqueued_at: float = 0.0, sent_at: float = 0.0) -> None:
-    started = time.perf_counter()
-    if enqueued_at:
-        LATENCIES.append(time.time() - enqueued_at)
-    if sent_at:
-        HANDLER_STARTS[sent_at] = started
+    record_pickup(enqueued_at, sent_at)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,8 +18,9 @@ The sub-packages, top to bottom (an import-linter contract in
     Outbox mode's relay: committed outbox entries of the application's
     database become jobs of the queue's, each exactly once.  The one
     synchronous service: it runs on Django's connections for the two
-    aliases (``manage.py awa_relay``, the test kit's ``drain()``), so it
-    shares transactions with the callers that need it to.
+    aliases (``manage.py awa_relay``, the test kit's ``drain()``, and the
+    maintenance leader, in threads of its own), so it shares transactions
+    with the callers that need it to.
 ``attempts/``
     One claimed batch from claim to closure: dispatcher, pacing, permits,
     live overrides, executor, handler threads, eager mode, closing and the

@@ -13,12 +13,12 @@ ones to the queue database.  Operations here run on one database each: the
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..domain.records import JobInfo, OutboxDepth, PreparedJob
 from .base import Copy, Execute, Row, Steps, atomic_operation, int_array, operation, single
-from .enqueue import _NULL, _array_literal, _copy_text, _escaper
+from .enqueue import _NULL, _array_literal, _columns, _copy_text, _escaper
 from .enqueue import enqueue_many as write_jobs
 
 #: The state of a job written to the outbox and not relayed yet.
@@ -66,6 +66,10 @@ def write_one(job: PreparedJob, job_id: int) -> Steps[dt.datetime]:
             job.max_attempts,
             job.run_at,
             job.ordering_key,
+            job.unique_key,
+            None if job.unique_states is None else list(job.unique_states),
+            None if job.depends_on is None else list(job.depends_on),
+            None if job.depends_on is None else job.on_dependency_failure,
         ],
     )
     return single(rows)  # type: ignore[no-any-return]
@@ -84,10 +88,23 @@ def write_many(jobs: Sequence[PreparedJob], job_ids: Sequence[int]) -> Steps[dt.
         lines.append(
             f"{slot}\t{job_id}\t{esc(job.queue)}\t{job.priority}\t{esc(job.kind)}\t"
             f"{_copy_text(job.args_json)}\t{_copy_text(job.kwargs_json)}\t"
-            f"{esc(job.metadata_json)}\t{tags}\t{job.max_attempts}\t{run_at}\t{ordering_key}\n"
+            f"{esc(job.metadata_json)}\t{tags}\t{job.max_attempts}\t{run_at}\t{ordering_key}\t"
+            f"{_extras(job, esc)}\n"
         )
     yield Copy(_sql("copy_entries"), "".join(lines))
     return now  # type: ignore[no-any-return]
+
+
+def _extras(job: PreparedJob, esc: Callable[[str], str]) -> str:
+    """The COPY text of the unique and dependency columns."""
+    if job.unique_key is None and job.depends_on is None:
+        return f"{_NULL}\t{_NULL}\t{_NULL}\t{_NULL}"
+    unique_key = _NULL if job.unique_key is None else esc(job.unique_key)
+    states = _NULL if job.unique_states is None else esc(_array_literal(job.unique_states))
+    if job.depends_on is None:
+        return f"{unique_key}\t{states}\t{_NULL}\t{_NULL}"
+    depends_on = "{" + ",".join(map(str, job.depends_on)) + "}"
+    return f"{unique_key}\t{states}\t{depends_on}\t{esc(job.on_dependency_failure)}"
 
 
 # --- the relay ------------------------------------------------------------------------
@@ -119,7 +136,7 @@ def pending(limit: int) -> Steps[list[Entry]]:
 
 def _entry(row: Row) -> Entry:
     slot, seq, job_id, queue, priority, kind, args, kwargs, metadata, tags = row[:10]
-    max_attempts, run_at, ordering_key = row[10:]
+    max_attempts, run_at, ordering_key, unique_key, unique_states, depends_on = row[10:16]
     job = PreparedJob(
         kind,
         queue,
@@ -132,6 +149,10 @@ def _entry(row: Row) -> Entry:
         run_at,
         ordering_key,
         None,
+        unique_key,
+        None if unique_states is None else tuple(unique_states),
+        None if depends_on is None else tuple(depends_on),
+        row[16] or "cancel",
     )
     return Entry(slot, seq, job_id, job)
 
@@ -152,11 +173,44 @@ def relay_batch(entries: Sequence[Entry]) -> Steps[list[int]]:
     )
     fresh = {row[0] for row in fresh_rows}
     todo = [entry for entry in entries if entry.seq in fresh]
-    if todo:
-        yield from write_jobs(
-            [entry.job for entry in todo], job_ids=[entry.job_id for entry in todo]
-        ).take_steps()
+    # In outbox order: runs of plain jobs by COPY, unique and dependent jobs
+    # one by one between them (a dependency written earlier in the batch
+    # must exist when its dependent is written).
+    plain: list[Entry] = []
+    for entry in todo:
+        job = entry.job
+        if job.unique_key is None and job.depends_on is None:
+            plain.append(entry)
+            continue
+        yield from _copy(plain)
+        plain = []
+        yield from _relay_one(entry)
+    yield from _copy(plain)
     return [entry.job_id for entry in todo]
+
+
+def _copy(entries: Sequence[Entry]) -> Steps[None]:
+    if entries:
+        yield from write_jobs(
+            [entry.job for entry in entries], job_ids=[entry.job_id for entry in entries]
+        ).take_steps()
+
+
+def _relay_one(entry: Entry) -> Steps[None]:
+    """A unique or dependent job, under its id; one the queue refuses (a key
+    another job holds, a dependency no job has) is written cancelled with the
+    reason (``awa.relay_unique`` / ``awa.relay_dependent``): the relay never
+    stops on a job."""
+    job, columns = entry.job, _columns(entry.job)
+    if job.unique_key is not None:
+        states = list(job.unique_states or ())
+        yield _statement("relay_unique", [entry.job_id, job.unique_key, states, *columns])
+    else:
+        depends_on = list(job.depends_on or ())
+        yield _statement(
+            "relay_dependent",
+            [entry.job_id, *columns, depends_on, job.on_dependency_failure],
+        )
 
 
 @operation

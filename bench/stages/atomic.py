@@ -20,14 +20,13 @@ plain.
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import Any
 
 from django.db import transaction
 from rich.progress import Progress
 
 from awa_django import Job, enqueue_many, job
-from awa_django.management.bench import LATENCIES, BenchOptions, drain, noop_sync
+from awa_django.management.bench import BenchOptions, drain, noop_sync, record_pickup
 
 from . import alternate, compared_stage
 
@@ -40,8 +39,7 @@ MAX_WORKERS = 16
 @job(kind="awa_django.bench.noop_atomic", queue="awa_bench", atomic=True)
 def noop_atomic(enqueued_at: float = 0.0) -> None:
     """``noop_sync`` closed in its own transaction (``awa_bench --atomic``)."""
-    if enqueued_at:
-        LATENCIES.append(time.time() - enqueued_at)
+    record_pickup(enqueued_at, 0.0)
 
 
 def _enqueue(options: BenchOptions, side: Job[..., Any]) -> None:

@@ -30,13 +30,7 @@ from django.db import transaction
 from rich.progress import Progress
 
 from awa_django import Job, enqueue_many, job
-from awa_django.management.bench import (
-    HANDLER_STARTS,
-    LATENCIES,
-    BenchOptions,
-    drain,
-    offered_rate,
-)
+from awa_django.management.bench import BenchOptions, drain, offered_rate, record_pickup
 
 #: Enqueue-and-drain rounds per side.
 ROUNDS = 2
@@ -44,24 +38,16 @@ ROUNDS = 2
 PAYLOAD = "ada.lovelace+newsletter@example.org|Ada Lovelace|12 Rue des Analyses, 75005 Paris|FR"
 
 
-def _record(enqueued_at: float, sent_at: float) -> None:
-    started = time.perf_counter()
-    if enqueued_at:
-        LATENCIES.append(time.time() - enqueued_at)
-    if sent_at:
-        HANDLER_STARTS[sent_at] = started
-
-
 @job(kind="awa_django.bench.noop_plain_payload", queue="awa_bench")
 async def noop_plain(enqueued_at: float = 0.0, sent_at: float = 0.0, payload: str = "") -> None:
     """The plain side: a no-op that records its pickup."""
-    _record(enqueued_at, sent_at)
+    record_pickup(enqueued_at, sent_at)
 
 
 @job(kind="awa_django.bench.noop_sealed", queue="awa_bench", encrypt=True)
 async def noop_sealed(enqueued_at: float = 0.0, sent_at: float = 0.0, payload: str = "") -> None:
     """The sealed side: the same, declared ``encrypt=True``."""
-    _record(enqueued_at, sent_at)
+    record_pickup(enqueued_at, sent_at)
 
 
 SIDES: dict[str, Job[..., Any]] = {"plain": noop_plain, "sealed": noop_sealed}

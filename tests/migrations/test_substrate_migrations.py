@@ -292,7 +292,7 @@ def assert_unapplying_drops_only(queue: str, target: str, version: int, dropped)
 
 
 def _fence_objects(line: str) -> bool:
-    return "outbox_fence" in line
+    return "outbox_fence" in line or line.startswith(("fn relay_unique ", "fn relay_dependent "))
 
 
 def _lease_objects(line: str) -> bool:

@@ -19,13 +19,14 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from testapp import jobs as testapp_jobs
 from testapp.models import Execution
 
-from awa_django import InvalidJob, enqueue_many, ops
+from awa_django import enqueue_many, ops
 from awa_django.jobs import Unique
 from awa_django.runtime.relay import Relay, listen, relay_all
 from awa_django.storage import outbox as store
 from awa_django.storage.base import run
 from awa_django.storage.connection import conninfo
 from awa_django.testing import drain
+from tests.conftest import database_url, wait_for
 from tests.outbox.conftest import OUTBOX, QUEUE
 
 pytestmark = OUTBOX
@@ -141,13 +142,51 @@ def test_a_producer_still_writing_to_the_previous_slot_keeps_it(outbox_mode, que
     assert [args for _, args in _queue_jobs(queue)] == [[1], [2]]
 
 
-def test_unique_and_dependent_jobs_are_refused_with_nothing_written(outbox_mode, queue):
-    with pytest.raises(InvalidJob, match="unique jobs are not supported through the outbox"):
-        testapp_jobs.noop.using(queue=queue, unique=Unique(by_args=False)).enqueue(1)
-    ref = testapp_jobs.noop.using(queue=queue, database=QUEUE).enqueue(2)
-    with pytest.raises(InvalidJob, match="dependencies are not supported through the outbox"):
-        testapp_jobs.noop.using(queue=queue, depends_on=[ref.id]).enqueue(3)
-    assert _outbox_rows() == 0
+def test_unique_keys_are_checked_when_relayed(outbox_mode, queue):
+    unique = testapp_jobs.noop.using(queue=queue, unique=Unique(by_args=False))
+    first = unique.enqueue(1)
+    relay_all()
+    second = unique.enqueue(2)  # the key is held: known only when relayed
+    assert ops.get_job(second.id).state == "pending"
+    relay_all()
+    assert ops.get_job(first.id).state == "available"
+    refused = ops.get_job(second.id)
+    assert refused.state == "cancelled"
+    assert refused.errors[-1]["type"] == "awa_django.unique_conflict"
+    assert refused.errors[-1]["message"] == f"job {first.id} holds the unique key"
+    assert drain(queue)["completed"] == 1
+    third = unique.enqueue(3)  # the holder completed: the key is free again
+    assert drain(queue)["completed"] == 1
+    assert ops.get_job(third.id).state == "completed"
+
+
+def test_dependencies_on_jobs_of_the_same_outbox(outbox_mode, queue):
+    with transaction.atomic():
+        parent = testapp_jobs.record.using(queue=queue).enqueue("parent")
+        child = testapp_jobs.record.using(queue=queue, depends_on=[parent.id]).enqueue("child")
+        orphan = testapp_jobs.record.using(queue=queue, depends_on=[10**12]).enqueue("orphan")
+    relay_all()  # one batch: the parent is written before its dependent
+    assert ops.get_job(child.id).state == "waiting"
+    refused = ops.get_job(orphan.id)
+    assert refused.state == "cancelled"
+    assert refused.errors[-1]["type"] == "awa_django.unknown_dependency"
+    assert drain(queue)["completed"] == 2
+    labels = list(Execution.objects.filter(label__in=["parent", "child"]).values_list("label"))
+    assert labels == [("parent",), ("child",)]
+
+
+def test_a_batch_mixing_plain_unique_and_dependent_jobs_keeps_its_order(outbox_mode, queue):
+    plain = testapp_jobs.noop.using(queue=queue)
+    unique = plain.using(unique=Unique(by_args=True))
+    first = enqueue_many([plain.prepare(n) for n in range(3)])
+    keyed = unique.enqueue(3)
+    after = plain.using(depends_on=[first[0]]).prepare(4)
+    rest = enqueue_many([after, *(plain.prepare(n) for n in range(5, 8))])
+    relay = Relay()
+    relay.relay_pending()
+    assert relay.stats.batches == 1
+    assert [job_id for job_id, _ in _queue_jobs(queue)] == [*first, keyed.id, *rest[1:]]
+    assert ops.get_job(rest[0]).state == "waiting"
 
 
 def test_a_job_naming_its_database_skips_the_outbox(outbox_mode, queue):
@@ -271,3 +310,52 @@ def test_the_how_to_example(outbox_mode):
     [sent] = mail.outbox
     assert sent.to == ["ada@example.com"]
     assert ops.get_job(ref.id).state == "completed"
+
+
+def test_the_maintenance_leader_relays(outbox_mode, queue_database, queue, start_worker):
+    """No awa_relay: a worker process that leads relays, woken by the NOTIFY
+    of each commit, and runs what it relayed."""
+    env = {
+        "QUEUE_DATABASE_URL": database_url(queue_database),
+        "AWA_SETTINGS_JSON": json.dumps({"DATABASE": QUEUE, "OUTBOX_DATABASE": "default"}),
+    }
+    worker = start_worker("--queue", queue, env=env)
+    refs = [testapp_jobs.record.using(queue=queue).enqueue(f"led {n}") for n in range(3)]
+    for ref in refs:
+        wait_for(lambda r=ref: ops.get_job(r.id).state == "completed", timeout=60)
+    worker.terminate()
+    assert worker.wait(30) == 0, worker.output()
+    assert "Traceback" not in worker.output()
+
+
+def test_the_doctor_reports_a_relay_that_is_behind(outbox_mode, queue):
+    from awa_django.doctor import diagnose
+    from awa_django.doctor.findings import Limits
+
+    def relay_findings(limits: Limits) -> list:
+        return [f for f in diagnose(limits=limits) if f.code == "awa.D012"]
+
+    assert relay_findings(Limits(relay_lag_warning=0, relay_lag_error=3600)) == []  # empty
+    testapp_jobs.noop.using(queue=queue).enqueue(1)
+    [behind] = relay_findings(Limits(relay_lag_warning=0, relay_lag_error=3600))
+    assert behind.severity == "warning"
+    assert behind.evidence["pending"] == 1
+    [stopped] = relay_findings(Limits(relay_lag_warning=0, relay_lag_error=0))
+    assert stopped.severity == "error"
+    assert relay_findings(Limits()) == []  # written just now: not late yet
+    relay_all()
+    assert relay_findings(Limits(relay_lag_warning=0, relay_lag_error=0)) == []
+
+
+def test_the_console_dashboard_shows_the_outbox(outbox_mode, queue, admin_client):
+    from django.urls import reverse
+
+    testapp_jobs.noop.using(queue=queue).enqueue(1)
+    page = admin_client.get(reverse("admin:awa_django_queue_dashboard"))
+    assert page.status_code == 200
+    assert "1 job committed in database <code>default</code> and not relayed yet" in (
+        page.content.decode()
+    )
+    relay_all()
+    page = admin_client.get(reverse("admin:awa_django_queue_dashboard"))
+    assert "0 jobs committed in database <code>default</code>" in page.content.decode()

@@ -4,7 +4,7 @@ or (``--backlog``, ``--serial``) focused figures of the claim/close hot path.
 The default stages ship with the package (:mod:`awa_django.management.bench`).
 The focused stages and the comparisons (``--backlog``, ``--serial``,
 ``--hot-queue``, ``--oversupply``, ``--telemetry``, ``--atomic``, ``--encrypted``,
-``--concurrency``) live in the repository's ``bench/stages``: the command
+``--outbox``, ``--concurrency``) live in the repository's ``bench/stages``: the command
 imports them when asked, and says so when they are not there.
 """
 
@@ -258,6 +258,15 @@ class Command(BaseCommand):
             "only this comparison runs.",
         )
         parser.add_argument(
+            "--outbox",
+            action="store_true",
+            help="After the default stages, compare the queue in the application's database "
+            "with outbox mode (a queue database of its own: the alias 'queue' of DATABASES): "
+            "single enqueues and COPY inside the application's transactions, the relay's "
+            "throughput, pickup p50/p95/p99 at --rate. With --skip enqueue --skip drain --skip "
+            "latency only this comparison runs.",
+        )
+        parser.add_argument(
             "--oversupply",
             nargs="?",
             const=DEFAULT_MAX_DEPTH,
@@ -348,6 +357,7 @@ class Command(BaseCommand):
             atomic=options["atomic"],
             concurrency_keys=options["concurrency"],
             encrypted=options["encrypted"],
+            outbox=options["outbox"],
         )
         self._print(report)
         if options["json"]:
@@ -380,12 +390,14 @@ def run_benchmark(
     atomic: bool = False,
     concurrency_keys: tuple[int, int] | None = None,
     encrypted: bool = False,
+    outbox: bool = False,
 ) -> dict[str, Any]:
     """Run the focused stages if any was asked for, else the default stages not in
     ``skip`` (and, with ``telemetry="both"``, the drain with telemetry off and on;
     with ``atomic``, the drain of plain and atomic jobs; with ``concurrency_keys``
     (keys, limit), the drain of unlimited and per-key limited jobs; with ``encrypted``,
-    enqueue, drain and pickups of plain and encrypted jobs); returns the report
+    enqueue, drain and pickups of plain and encrypted jobs; with ``outbox``, the
+    same database against outbox mode); returns the report
     (environment, options, results)."""
     results: dict[str, Any] = {"storage_before": workloads.storage_snapshot(bench.database)}
     with (
@@ -406,6 +418,8 @@ def run_benchmark(
                 repository_stage("concurrency").stage(bench, concurrency_keys, results, progress)
             if encrypted:
                 repository_stage("encrypted").stage(bench, results, progress)
+            if outbox:
+                repository_stage("outbox").stage(bench, results, progress)
     return {
         "environment": {**workloads.environment(), "gc_frozen": bool(gc.get_freeze_count())},
         "options": dataclasses.asdict(bench),

@@ -60,6 +60,7 @@ from .maintenance_tasks import (
     CronTask,
     DependencyRecheck,
     HorizonNotice,
+    OutboxRelay,
     PruneTurns,
     QueueGauges,
     QueueSampler,
@@ -143,6 +144,11 @@ class Maintenance:
             **(
                 {"queue_gauges": QueueGauges(PeriodicConfig(GAUGE_INTERVAL), run)}
                 if observers.active
+                else {}
+            ),
+            **(
+                {"outbox_relay": OutboxRelay(PeriodicConfig(1.0))}
+                if s.outbox_database is not None
                 else {}
             ),
         }

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 
 import psycopg
@@ -25,6 +26,7 @@ from ...storage import dependencies as dependency_store
 from ...storage import maintenance as store
 from ...storage import queues as queue_store
 from ..config import RESCUE_BATCH, RESCUE_PAUSE, MaintenanceConfig, PeriodicConfig
+from ..relay import Relay, listen, relay_all
 from ..service import PeriodicService
 
 log = logging.getLogger("awa_django.maintenance")
@@ -389,3 +391,73 @@ class BatchOperationTask(PeriodicService[int]):
                 log.info("batch operation %s waits for a lock; retrying next tick", op_id)
                 return changed
             await asyncio.sleep(max(self.pause, time.monotonic() - started))
+
+
+class OutboxRelay(PeriodicService[int]):
+    """Outbox mode: the leader relays the outbox too (``runtime.relay``).
+
+    While the term lasts, a thread runs the relay's loop, woken by a second
+    thread's LISTEN on the outbox's database; the relay is synchronous, on
+    Django's connections, so it runs beside the event loop rather than in
+    it.  ``manage.py awa_relay`` processes may run as well: the fence keeps
+    each job single whoever relays it.  ``run_once`` relays what is
+    committed now (the tests' way in).
+    """
+
+    name = "outbox_relay"
+
+    def __init__(self, config: PeriodicConfig) -> None:
+        super().__init__(config)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    async def run_once(self) -> int:
+        return await asyncio.to_thread(_relay_in_thread)
+
+    @property
+    def running(self) -> bool:
+        return any(thread.is_alive() for thread in self._threads)
+
+    async def start(self) -> None:
+        if self.running:
+            return
+        from ...conf import awa_settings
+
+        alias = awa_settings().outbox_database
+        assert alias is not None  # the task exists in outbox mode only
+        self._stop = stop = threading.Event()
+        wake = threading.Event()
+        self._threads = [
+            threading.Thread(target=_relay_loop, args=(stop, wake), name="awa-outbox-relay"),
+            threading.Thread(
+                target=listen, args=(alias, wake, stop), name="awa-outbox-listen", daemon=True
+            ),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    async def stop(self) -> None:
+        self._stop.set()
+        threads, self._threads = self._threads, []
+        for thread in threads:
+            await asyncio.to_thread(thread.join, 10)
+
+
+def _relay_in_thread() -> int:
+    from django.db import connections
+
+    try:
+        return relay_all()
+    finally:
+        connections.close_all()  # this thread's
+
+
+def _relay_loop(stop: threading.Event, wake: threading.Event) -> None:
+    from django.db import connections
+
+    try:
+        Relay().run(stop, wake=wake)
+    except Exception:
+        log.exception("the leader's outbox relay stopped; awa_relay processes still relay")
+    finally:
+        connections.close_all()  # this thread's

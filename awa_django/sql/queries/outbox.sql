@@ -4,9 +4,10 @@
 -- name: write_one
 -- One job, in the caller's transaction on the application's database.
 INSERT INTO awa_outbox.entries (slot, job_id, queue, priority, kind, args, kwargs, metadata,
-                                tags, max_attempts, run_at, ordering_key)
+                                tags, max_attempts, run_at, ordering_key, unique_key,
+                                unique_states, depends_on, on_dependency_failure)
 SELECT r.slot, %s, %s, %s::smallint, %s, %s::json, %s::json, %s::jsonb, %s::text[],
-       %s::smallint, %s::timestamptz, %s::text
+       %s::smallint, %s::timestamptz, %s::text, %s::text, %s::text[], %s::bigint[], %s::text
   FROM awa_outbox.ring r, pg_notify('awa_outbox', '')
 RETURNING created_at
 
@@ -17,14 +18,16 @@ SELECT r.slot, now() FROM awa_outbox.ring r, pg_notify('awa_outbox', '')
 
 -- name: copy_entries
 COPY awa_outbox.entries (slot, job_id, queue, priority, kind, args, kwargs, metadata, tags,
-                         max_attempts, run_at, ordering_key)
+                         max_attempts, run_at, ordering_key, unique_key, unique_states,
+                         depends_on, on_dependency_failure)
 FROM STDIN
 
 -- name: pending
 -- Committed entries not relayed yet, in relay order.  JSON columns as text:
 -- the relay writes them to the queue as they are.
 SELECT e.slot, e.seq, e.job_id, e.queue, e.priority, e.kind, e.args::text, e.kwargs::text,
-       e.metadata::text, e.tags, e.max_attempts, e.run_at, e.ordering_key
+       e.metadata::text, e.tags, e.max_attempts, e.run_at, e.ordering_key, e.unique_key,
+       e.unique_states, e.depends_on, e.on_dependency_failure
   FROM awa_outbox.entries e
  WHERE NOT EXISTS (SELECT 1 FROM awa_outbox.relayed r WHERE r.slot = e.slot AND r.seq = e.seq)
  ORDER BY e.seq
@@ -75,6 +78,14 @@ INSERT INTO awa.outbox_fence (slot, seq, job_id)
 SELECT * FROM unnest(%s::smallint[], %s::bigint[], %s::bigint[])
     ON CONFLICT DO NOTHING
 RETURNING seq
+
+-- name: relay_unique
+SELECT awa.relay_unique(%s, %s, %s::text[], %s, %s::smallint, %s, %s::json, %s::json, %s::jsonb,
+                        %s::text[], %s::smallint, %s::timestamptz, %s::text)
+
+-- name: relay_dependent
+SELECT awa.relay_dependent(%s, %s, %s::smallint, %s, %s::json, %s::json, %s::jsonb, %s::text[],
+                           %s::smallint, %s::timestamptz, %s::text, %s::bigint[], %s)
 
 -- name: truncate_fence
 SELECT awa.truncate_outbox_fence(%s::smallint)

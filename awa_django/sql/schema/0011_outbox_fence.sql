@@ -47,3 +47,59 @@ BEGIN
     EXECUTE format('TRUNCATE awa.outbox_fence_%s', p_slot);
 END
 $$;
+
+-- A relayed unique job: written under its reserved id, or -- its key held
+-- by another job -- written cancelled with the holder named, so the
+-- producer's reference (state 'pending' when it enqueued) reads the
+-- outcome.  Returns the state it was written in.
+CREATE OR REPLACE FUNCTION awa.relay_unique(
+    p_job_id bigint, p_unique_key text, p_states text[], p_queue text, p_priority smallint,
+    p_kind text, p_args json, p_kwargs json, p_metadata jsonb, p_tags text[],
+    p_max_attempts smallint, p_run_at timestamptz, p_ordering_key text)
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_written record;
+BEGIN
+    SELECT * INTO v_written
+      FROM awa.enqueue_unique_with_id(p_job_id, p_unique_key, p_states, p_queue, p_priority,
+                                      p_kind, p_args, p_kwargs, p_metadata, p_tags,
+                                      p_max_attempts, p_run_at, p_ordering_key);
+    IF v_written.existing_id IS NULL THEN
+        RETURN v_written.state;
+    END IF;
+    PERFORM awa.write_cancelled(p_job_id, p_queue, p_priority, p_kind, p_args, p_kwargs,
+                                p_metadata, p_tags, p_max_attempts, p_run_at,
+                                'awa_django.unique_conflict',
+                                format('job %s holds the unique key', v_written.existing_id));
+    RETURN 'cancelled';
+END
+$$;
+
+-- A relayed job with dependencies: written under its reserved id (waiting,
+-- due, or cancelled by a failed dependency), or -- a dependency no job has
+-- -- written cancelled saying which.  Returns the state it was written in.
+CREATE OR REPLACE FUNCTION awa.relay_dependent(
+    p_job_id bigint, p_queue text, p_priority smallint, p_kind text, p_args json,
+    p_kwargs json, p_metadata jsonb, p_tags text[], p_max_attempts smallint,
+    p_run_at timestamptz, p_ordering_key text, p_depends_on bigint[], p_on_failure text)
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_written record;
+BEGIN
+    SELECT * INTO v_written
+      FROM awa.enqueue_dependent_with_id(p_job_id, p_queue, p_priority, p_kind, p_args,
+                                         p_kwargs, p_metadata, p_tags, p_max_attempts,
+                                         p_run_at, p_ordering_key, p_depends_on, p_on_failure);
+    IF v_written.state <> 'unknown' THEN
+        RETURN v_written.state;
+    END IF;
+    PERFORM awa.write_cancelled(p_job_id, p_queue, p_priority, p_kind, p_args, p_kwargs,
+                                p_metadata, p_tags, p_max_attempts, p_run_at,
+                                'awa_django.unknown_dependency',
+                                format('no job has id %s',
+                                       array_to_string(v_written.missing, ', ')));
+    RETURN 'cancelled';
+END
+$$;

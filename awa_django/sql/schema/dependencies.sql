@@ -200,21 +200,47 @@ BEGIN
 END
 $$;
 
+-- Write job p_job_id straight to the history as cancelled, never run, with
+-- one error entry saying why (a failed dependency; for the outbox relay
+-- also a unique key another job holds, or dependencies no job has): the
+-- producer's reference then reads the reason (schema version 10).
+CREATE OR REPLACE FUNCTION awa.write_cancelled(
+    p_job_id bigint, p_queue text, p_priority smallint, p_kind text, p_args json,
+    p_kwargs json, p_metadata jsonb, p_tags text[], p_max_attempts smallint,
+    p_run_at timestamptz, p_error_type text, p_message text)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_cursor record;
+BEGIN
+    SELECT * INTO v_cursor FROM awa.queue_ring_cursor();
+    INSERT INTO awa.done_entries (ready_slot, ready_generation, job_id, run_lease, state,
+                                  queue, priority, attempt, errors, attempted_at, kind,
+                                  args, kwargs, metadata, tags, max_attempts, created_at,
+                                  run_at)
+    VALUES (v_cursor.slot, v_cursor.generation, p_job_id, 0, 'cancelled', p_queue,
+            p_priority, 0, awa.error_entry(NULL, 0::smallint, p_error_type, p_message)::jsonb,
+            NULL, p_kind, p_args, p_kwargs, p_metadata, p_tags, p_max_attempts, now(),
+            COALESCE(p_run_at, now()));
+END
+$$;
+
 -- Enqueue a job that depends on p_depends_on (ids, duplicates ignored).
 -- Writes nothing and returns state 'unknown' with the ids no job has when
 -- any is missing (the caller raises; its transaction stays usable).
 -- Otherwise: every dependency completed -> an ordinary enqueue; one failed
 -- under policy 'cancel' -> the job is written cancelled; else it waits.
-CREATE OR REPLACE FUNCTION awa.enqueue_dependent(
-    p_queue text, p_priority smallint, p_kind text, p_args json, p_kwargs json,
-    p_metadata jsonb, p_tags text[], p_max_attempts smallint, p_run_at timestamptz,
-    p_ordering_key text, p_depends_on bigint[], p_on_failure text,
+-- p_job_id: the job's id, or NULL for a new one (schema version 10, for the
+-- outbox relay; awa.enqueue_dependent below calls it with NULL).
+CREATE OR REPLACE FUNCTION awa.enqueue_dependent_with_id(
+    p_job_id bigint, p_queue text, p_priority smallint, p_kind text, p_args json,
+    p_kwargs json, p_metadata jsonb, p_tags text[], p_max_attempts smallint,
+    p_run_at timestamptz, p_ordering_key text, p_depends_on bigint[], p_on_failure text,
     OUT job_id bigint, OUT state text, OUT run_at timestamptz, OUT missing bigint[])
 LANGUAGE plpgsql AS $$
 DECLARE
     v_open   bigint[];
     v_failed text;
-    v_cursor record;
 BEGIN
     WITH deps AS (
         SELECT DISTINCT x.id, awa.job_state(x.id) AS state FROM unnest(p_depends_on) AS x(id))
@@ -233,30 +259,25 @@ BEGIN
     missing := NULL;
 
     IF v_failed IS NOT NULL AND p_on_failure = 'cancel' THEN
-        job_id := nextval('awa.job_id_seq');
+        job_id := COALESCE(p_job_id, nextval('awa.job_id_seq'));
         state := 'cancelled';
         run_at := COALESCE(p_run_at, now());
-        SELECT * INTO v_cursor FROM awa.queue_ring_cursor();
-        INSERT INTO awa.done_entries (ready_slot, ready_generation, job_id, run_lease, state,
-                                      queue, priority, attempt, errors, attempted_at, kind,
-                                      args, kwargs, metadata, tags, max_attempts, created_at,
-                                      run_at)
-        VALUES (v_cursor.slot, v_cursor.generation, job_id, 0, state, p_queue, p_priority, 0,
-                awa.error_entry(NULL, 0::smallint, 'awa_django.dependency_failed',
-                                'a dependency was ' || v_failed)::jsonb,
-                NULL, p_kind, p_args, p_kwargs, p_metadata, p_tags, p_max_attempts, now(),
-                run_at);
+        PERFORM awa.write_cancelled(job_id, p_queue, p_priority, p_kind, p_args, p_kwargs,
+                                    p_metadata, p_tags, p_max_attempts, run_at,
+                                    'awa_django.dependency_failed',
+                                    'a dependency was ' || v_failed);
         RETURN;
     END IF;
 
     IF cardinality(v_open) = 0 THEN
         SELECT e.job_id, e.state, e.run_at INTO job_id, state, run_at
-          FROM awa.enqueue_job(p_queue, p_priority, p_kind, p_args, p_kwargs, p_metadata,
-                               p_tags, p_max_attempts, p_run_at, p_ordering_key) e;
+          FROM awa.enqueue_job_with_id(p_job_id, p_queue, p_priority, p_kind, p_args,
+                                       p_kwargs, p_metadata, p_tags, p_max_attempts, p_run_at,
+                                       p_ordering_key) e;
         RETURN;
     END IF;
 
-    job_id := nextval('awa.job_id_seq');
+    job_id := COALESCE(p_job_id, nextval('awa.job_id_seq'));
     state := 'waiting';
     run_at := COALESCE(p_run_at, now());
     INSERT INTO awa.deferred_jobs (job_id, state, queue, priority, kind, args, kwargs,
@@ -270,6 +291,22 @@ BEGIN
     VALUES (job_id, cardinality(v_open), p_on_failure, run_at);
     INSERT INTO awa.job_dependencies (depends_on, job_id)
     SELECT o.id, job_id FROM unnest(v_open) AS o(id);
+END
+$$;
+
+-- awa.enqueue_dependent under a new id (the signature producers call).
+CREATE OR REPLACE FUNCTION awa.enqueue_dependent(
+    p_queue text, p_priority smallint, p_kind text, p_args json, p_kwargs json,
+    p_metadata jsonb, p_tags text[], p_max_attempts smallint, p_run_at timestamptz,
+    p_ordering_key text, p_depends_on bigint[], p_on_failure text,
+    OUT job_id bigint, OUT state text, OUT run_at timestamptz, OUT missing bigint[])
+LANGUAGE plpgsql AS $$
+BEGIN
+    SELECT e.job_id, e.state, e.run_at, e.missing INTO job_id, state, run_at, missing
+      FROM awa.enqueue_dependent_with_id(NULL::bigint, p_queue, p_priority, p_kind, p_args,
+                                         p_kwargs, p_metadata, p_tags, p_max_attempts,
+                                         p_run_at, p_ordering_key, p_depends_on,
+                                         p_on_failure) AS e;
 END
 $$;
 

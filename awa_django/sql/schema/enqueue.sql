@@ -22,6 +22,12 @@
 -- Schema version 9 gives awa.enqueue_shards and awa.queue_ring_cursor
 -- (rings.sql) PL/pgSQL bodies, so a single enqueue plans nothing after the
 -- first in a session (migration 0009_cached_plans runs both files again).
+-- Schema version 10 moves the bodies of awa.enqueue_job and
+-- awa.enqueue_unique to awa.enqueue_job_with_id and
+-- awa.enqueue_unique_with_id, which take the job's id first (NULL: draw
+-- one), for the outbox relay, which writes jobs under the ids their
+-- producers reserved; the released functions call them with NULL
+-- (migration 0011_outbox runs this file again).
 --
 -- Unique jobs.  awa.enqueue_unique takes a claim on the key (a hash the
 -- producer computes) in awa.unique_claims.  The claim names its job and the
@@ -34,7 +40,7 @@
 
 SET LOCAL client_min_messages = warning;
 SELECT pg_advisory_xact_lock(hashtext('awa_django.substrate'));
-UPDATE awa.substrate_info SET schema_version = GREATEST(schema_version, 9);
+UPDATE awa.substrate_info SET schema_version = GREATEST(schema_version, 10);
 
 CREATE TABLE IF NOT EXISTS awa.unique_claims (
     unique_key text        PRIMARY KEY,
@@ -111,11 +117,11 @@ $$;
 -- Single-job enqueue in one round trip.  Future run_at goes to deferred_jobs;
 -- everything else is appended to the current ready slot under the lane lock,
 -- with its one-job segment, and the queue channel is notified (delivered at
--- commit).
-CREATE OR REPLACE FUNCTION awa.enqueue_job(
-    p_queue text, p_priority smallint, p_kind text, p_args json, p_kwargs json,
-    p_metadata jsonb, p_tags text[], p_max_attempts smallint, p_run_at timestamptz,
-    p_ordering_key text,
+-- commit).  p_job_id: the job's id, or NULL for the next of awa.job_id_seq.
+CREATE OR REPLACE FUNCTION awa.enqueue_job_with_id(
+    p_job_id bigint, p_queue text, p_priority smallint, p_kind text, p_args json,
+    p_kwargs json, p_metadata jsonb, p_tags text[], p_max_attempts smallint,
+    p_run_at timestamptz, p_ordering_key text,
     OUT job_id bigint, OUT state text, OUT run_at timestamptz)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -124,7 +130,7 @@ DECLARE
     v_slot  smallint;
     v_gen   bigint;
 BEGIN
-    job_id := nextval('awa.job_id_seq');
+    job_id := COALESCE(p_job_id, nextval('awa.job_id_seq'));
     IF p_run_at IS NOT NULL AND p_run_at > clock_timestamp() THEN
         state := 'scheduled';
         run_at := p_run_at;
@@ -150,6 +156,21 @@ BEGIN
                                     start_seq, end_seq, run_at)
     VALUES (v_slot, v_gen, p_queue, p_priority, v_shard, v_seq, v_seq + 1, run_at);
     PERFORM pg_notify(awa.queue_channel(p_queue), '');
+END
+$$;
+
+-- awa.enqueue_job under a new id (the signature producers call).
+CREATE OR REPLACE FUNCTION awa.enqueue_job(
+    p_queue text, p_priority smallint, p_kind text, p_args json, p_kwargs json,
+    p_metadata jsonb, p_tags text[], p_max_attempts smallint, p_run_at timestamptz,
+    p_ordering_key text,
+    OUT job_id bigint, OUT state text, OUT run_at timestamptz)
+LANGUAGE plpgsql AS $$
+BEGIN
+    SELECT e.job_id, e.state, e.run_at INTO job_id, state, run_at
+      FROM awa.enqueue_job_with_id(NULL::bigint, p_queue, p_priority, p_kind, p_args,
+                                   p_kwargs, p_metadata, p_tags, p_max_attempts, p_run_at,
+                                   p_ordering_key) AS e;
 END
 $$;
 
@@ -229,10 +250,11 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION awa.enqueue_unique(
-    p_unique_key text, p_states text[], p_queue text, p_priority smallint, p_kind text,
-    p_args json, p_kwargs json, p_metadata jsonb, p_tags text[], p_max_attempts smallint,
-    p_run_at timestamptz, p_ordering_key text,
+-- p_job_id: the job's id if it is written, or NULL for a new one.
+CREATE OR REPLACE FUNCTION awa.enqueue_unique_with_id(
+    p_job_id bigint, p_unique_key text, p_states text[], p_queue text, p_priority smallint,
+    p_kind text, p_args json, p_kwargs json, p_metadata jsonb, p_tags text[],
+    p_max_attempts smallint, p_run_at timestamptz, p_ordering_key text,
     OUT job_id bigint, OUT state text, OUT run_at timestamptz, OUT existing_id bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -255,11 +277,27 @@ BEGIN
         END IF;
     END IF;
     SELECT e.job_id, e.state, e.run_at INTO job_id, state, run_at
-      FROM awa.enqueue_job(p_queue, p_priority, p_kind, p_args, p_kwargs, p_metadata, p_tags,
-                           p_max_attempts, p_run_at, p_ordering_key) AS e;
+      FROM awa.enqueue_job_with_id(p_job_id, p_queue, p_priority, p_kind, p_args, p_kwargs,
+                                   p_metadata, p_tags, p_max_attempts, p_run_at,
+                                   p_ordering_key) AS e;
     UPDATE awa.unique_claims c
-       SET job_id = enqueue_unique.job_id, states = p_states, claimed_at = now()
+       SET job_id = enqueue_unique_with_id.job_id, states = p_states, claimed_at = now()
      WHERE c.unique_key = p_unique_key;
+END
+$$;
+
+-- awa.enqueue_unique under a new id (the signature producers call).
+CREATE OR REPLACE FUNCTION awa.enqueue_unique(
+    p_unique_key text, p_states text[], p_queue text, p_priority smallint, p_kind text,
+    p_args json, p_kwargs json, p_metadata jsonb, p_tags text[], p_max_attempts smallint,
+    p_run_at timestamptz, p_ordering_key text,
+    OUT job_id bigint, OUT state text, OUT run_at timestamptz, OUT existing_id bigint)
+LANGUAGE plpgsql AS $$
+BEGIN
+    SELECT e.job_id, e.state, e.run_at, e.existing_id INTO job_id, state, run_at, existing_id
+      FROM awa.enqueue_unique_with_id(NULL::bigint, p_unique_key, p_states, p_queue,
+                                      p_priority, p_kind, p_args, p_kwargs, p_metadata, p_tags,
+                                      p_max_attempts, p_run_at, p_ordering_key) AS e;
 END
 $$;
 

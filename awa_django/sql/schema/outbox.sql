@@ -50,7 +50,13 @@ CREATE TABLE IF NOT EXISTS awa_outbox.entries (
     max_attempts smallint    NOT NULL,
     run_at       timestamptz,
     ordering_key text,
-    created_at   timestamptz NOT NULL DEFAULT now()
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    -- A unique job's claim key and states, checked when it is relayed.
+    unique_key   text,
+    unique_states text[],
+    -- Dependencies (ids of jobs in the queue, or relayed before this one).
+    depends_on   bigint[],
+    on_dependency_failure text
 ) PARTITION BY LIST (slot);
 
 CREATE TABLE IF NOT EXISTS awa_outbox.relayed (
