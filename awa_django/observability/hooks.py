@@ -112,6 +112,10 @@ class Observer:
     def queues_sampled(self, samples: Sequence[QueueSample]) -> None:
         """The leader measured every queue's depth and lag (every few seconds)."""
 
+    def outbox_sampled(self, pending: int, lag: float) -> None:
+        """Outbox mode: the relay measured what waits in the outbox (once a
+        second, on the relay's thread)."""
+
     def runtime(self, state: str) -> None:
         """This worker process changed state: ``started``, ``leader``,
         ``follower``, ``stopping``, ``stopped``."""
@@ -288,6 +292,9 @@ class Observers:
 
     def queues_sampled(self, samples: Sequence[QueueSample]) -> None:
         self._each("queues_sampled", samples)
+
+    def outbox_sampled(self, pending: int, lag: float) -> None:
+        self._each("outbox_sampled", pending, lag)
 
     def runtime(self, state: str) -> None:
         self._each("runtime", state)

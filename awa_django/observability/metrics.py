@@ -113,6 +113,18 @@ QUEUE_LAG = Metric(
     "Age of the oldest available job of a queue (0 when none waits).",
     ("queue",),
 )
+OUTBOX_PENDING = Metric(
+    "awa.outbox.pending",
+    GAUGE,
+    "{job}",
+    "Outbox mode: jobs committed to the outbox and not relayed to the queue yet.",
+)
+OUTBOX_LAG = Metric(
+    "awa.outbox.lag",
+    GAUGE,
+    "s",
+    "Outbox mode: age of the oldest job waiting in the outbox (0 when none waits).",
+)
 RUNTIME_UP = Metric(
     "awa.runtime.up", GAUGE, "1", "1 while this worker process runs, 0 once it stops."
 )
@@ -143,6 +155,8 @@ ALL: tuple[Metric, ...] = (
     TASK_DURATION,
     QUEUE_DEPTH,
     QUEUE_LAG,
+    OUTBOX_PENDING,
+    OUTBOX_LAG,
     RUNTIME_UP,
     RUNTIME_LEADER,
     INFLIGHT,

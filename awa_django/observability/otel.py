@@ -176,6 +176,8 @@ class OtelObserver(Observer):
             {
                 table.QUEUE_DEPTH.name: gauges.depth,
                 table.QUEUE_LAG.name: gauges.lag,
+                table.OUTBOX_PENDING.name: gauges.outbox_pending,
+                table.OUTBOX_LAG.name: gauges.outbox_lag,
                 table.RUNTIME_UP.name: gauges.up,
                 table.RUNTIME_LEADER.name: gauges.leader,
                 table.INFLIGHT.name: gauges.inflight,
@@ -462,6 +464,9 @@ class OtelObserver(Observer):
 
     def queues_sampled(self, samples: Sequence[QueueSample]) -> None:
         self._gauges.sampled(samples)
+
+    def outbox_sampled(self, pending: int, lag: float) -> None:
+        self._gauges.outbox_sampled(pending, lag)
 
     def runtime(self, state: str) -> None:
         self._gauges.runtime(state)

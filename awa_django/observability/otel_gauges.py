@@ -28,6 +28,8 @@ class ProcessGauges:
         self._depth_labels = depth_labels
         self._lag_labels = lag_labels
         self._samples: tuple[float, Sequence[QueueSample]] | None = None
+        # (monotonic time, pending, lag) of the relay's latest outbox reading.
+        self._outbox: tuple[float, int, float] | None = None
         self._up: bool | None = None  # None until this process runs a worker
         self._leader = False
         # Attempts claimed and not yet closed or parked (awa.runtime.inflight):
@@ -45,6 +47,9 @@ class ProcessGauges:
 
     def sampled(self, samples: Sequence[QueueSample]) -> None:
         self._samples = (time.monotonic(), tuple(samples))
+
+    def outbox_sampled(self, pending: int, lag: float) -> None:
+        self._outbox = (time.monotonic(), pending, lag)
 
     def runtime(self, state: str) -> None:
         if state == "started":
@@ -80,6 +85,22 @@ class ProcessGauges:
     def lag(self, options: CallbackOptions) -> Iterable[Observation]:
         for sample in self._fresh_samples():
             yield Observation(sample.lag, self._lag_labels(sample.queue))
+
+    def _fresh_outbox(self) -> tuple[float, int, float] | None:
+        taken = self._outbox
+        if taken is None or time.monotonic() - taken[0] > SAMPLE_MAX_AGE:
+            return None
+        return taken
+
+    def outbox_pending(self, options: CallbackOptions) -> Iterable[Observation]:
+        taken = self._fresh_outbox()
+        if taken is not None:
+            yield Observation(taken[1])
+
+    def outbox_lag(self, options: CallbackOptions) -> Iterable[Observation]:
+        taken = self._fresh_outbox()
+        if taken is not None:
+            yield Observation(taken[2])
 
     def up(self, options: CallbackOptions) -> Iterable[Observation]:
         if self._up is not None:

@@ -68,6 +68,8 @@ MULTIPROCESS_MODES: dict[str, str] = {
     m.INFLIGHT.name: "livesum",
     m.QUEUE_DEPTH.name: "livemostrecent",
     m.QUEUE_LAG.name: "livemostrecent",
+    m.OUTBOX_PENDING.name: "livemostrecent",
+    m.OUTBOX_LAG.name: "livemostrecent",
 }
 
 _DEPTH_STATES = ("available", "scheduled", "running")
@@ -198,6 +200,10 @@ class PrometheusObserver(Observer):
             seen.add(sample.queue)
         self._forget(self._sampled - seen)
         self._sampled = seen
+
+    def outbox_sampled(self, pending: int, lag: float) -> None:
+        self._gauges[m.OUTBOX_PENDING.name].set(pending)
+        self._gauges[m.OUTBOX_LAG.name].set(lag)
 
     def runtime(self, state: str) -> None:
         if state == "started":

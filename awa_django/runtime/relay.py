@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from django.db import DatabaseError, InterfaceError, connections, transaction
 
 from ..conf import awa_settings
+from ..observability.hooks import observers
 from ..storage import outbox as store
 from ..storage.base import run
 
@@ -109,7 +110,11 @@ class Relay:
 
     def maintain(self) -> None:
         """Turn the ring when its current slot is old enough, and empty the
-        slots behind it whose entries are all relayed."""
+        slots behind it whose entries are all relayed; with observers (a
+        worker's metrics), report the outbox's depth and lag."""
+        if observers.active:
+            depth = run(store.depth(), self.outbox)
+            observers.outbox_sampled(depth.pending, depth.lag_seconds)
         ring = run(store.ring(), self.outbox)
         for slot in ring.occupied:
             if slot != ring.slot and self._empty(slot):

@@ -151,6 +151,13 @@ def test_ring_ticks_count_rotate_and_prune_outcomes_and_every_task_is_timed(obse
     assert sample_value(families, "awa_maintenance_rescued_total", reason="stale_heartbeat") == 3
 
 
+def test_outbox_readings_set_its_gauges(observer):
+    observer.outbox_sampled(7, 2.5)
+    families = scrape(observer)
+    assert sample_value(families, "awa_outbox_pending") == 7
+    assert sample_value(families, "awa_outbox_lag_seconds") == 2.5
+
+
 def test_queue_samples_set_depth_and_lag_and_go_when_leadership_does(observer):
     observer.runtime("leader")
     observer.queues_sampled(

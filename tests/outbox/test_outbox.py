@@ -359,3 +359,27 @@ def test_the_console_dashboard_shows_the_outbox(outbox_mode, queue, admin_client
     relay_all()
     page = admin_client.get(reverse("admin:awa_django_queue_dashboard"))
     assert "0 jobs committed in database <code>default</code>" in page.content.decode()
+
+
+def test_the_relay_reports_outbox_depth_and_lag_to_the_observers(outbox_mode, queue):
+    from awa_django.observability.hooks import Observer, observers
+
+    class Recorder(Observer):
+        def __init__(self) -> None:
+            self.readings: list[tuple[int, float]] = []
+
+        def outbox_sampled(self, pending: int, lag: float) -> None:
+            self.readings.append((pending, lag))
+
+    recorder = observers.add(Recorder())
+    try:
+        enqueue_many([testapp_jobs.noop.using(queue=queue).prepare(n) for n in range(4)])
+        relay = Relay()
+        relay.maintain()
+        relay.relay_pending()
+        relay.maintain()
+    finally:
+        observers.remove(recorder)
+    [(pending, lag), after] = recorder.readings
+    assert pending == 4 and lag >= 0
+    assert after == (0, 0.0)
