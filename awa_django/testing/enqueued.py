@@ -14,6 +14,7 @@ from ..domain import sealing
 from ..domain.records import JobInfo
 from ..exceptions import EncryptionError
 from ..jobs import Job
+from ..runtime.relay import relay_all
 from ..storage import jobs as job_store
 from ..storage.base import run
 
@@ -51,8 +52,12 @@ def enqueued_jobs(
     """Available, scheduled or waiting jobs matching every filter given (args exactly).
 
     Encrypted jobs are returned opened (the test settings hold their key),
-    so ``args`` and ``kwargs`` match them as they were enqueued."""
+    so ``args`` and ``kwargs`` match them as they were enqueued.  In outbox
+    mode what the outbox holds is relayed first, as ``drain()`` does, so a
+    job the test just enqueued is there."""
     kind = _kind_of(job_or_kind)
+    if database is None:
+        relay_all()
     found: list[JobInfo] = []
     for state in _ENQUEUED_STATES:
         found.extend(

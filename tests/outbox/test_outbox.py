@@ -15,7 +15,7 @@ import threading
 import psycopg
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
 from testapp import jobs as testapp_jobs
 from testapp.models import Execution
 
@@ -383,3 +383,73 @@ def test_the_relay_reports_outbox_depth_and_lag_to_the_observers(outbox_mode, qu
     [(pending, lag), after] = recorder.readings
     assert pending == 4 and lag >= 0
     assert after == (0, 0.0)
+
+
+def test_the_test_kit_finds_what_the_test_enqueued(outbox_mode, queue):
+    from awa_django.testing import assert_enqueued, refute_enqueued
+
+    refute_enqueued(testapp_jobs.noop, queue=queue)
+    testapp_jobs.noop.using(queue=queue).enqueue(5)
+    [found] = assert_enqueued(testapp_jobs.noop, args=[5], queue=queue)
+    assert found.state == "available"
+
+
+def test_callbacks_reach_a_job_relayed_to_the_queue(outbox_mode, queue):
+    """A job that parks for a callback, run by a real in-process worker on the
+    queue database, completed through ops."""
+    from tests.conftest import run_burst
+
+    ref = testapp_jobs.park.using(queue=queue).enqueue(60)
+    relay_all()
+    run_burst(queue)
+    parked = ops.get_job(ref.id)
+    assert parked.state == "waiting_external"
+    ops.complete_external(parked.callback_id, {"ok": True})
+    assert ops.get_job(ref.id).state == "completed"
+
+
+def test_the_outbox_and_the_fence_are_never_updated_or_deleted_from(outbox_mode, queue):
+    """Append-only: a trigger refuses any UPDATE or DELETE of a row of the
+    outbox's entries, its relayed keys and the fence while jobs are written,
+    relayed, and their slots emptied by TRUNCATE (which fires no row trigger)."""
+    refuse = """
+        CREATE FUNCTION {schema}.refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN RAISE EXCEPTION 'append-only: % on %', TG_OP, TG_TABLE_NAME; END $$;
+    """
+    tables = {
+        DEFAULT_DB_ALIAS: ["awa_outbox.entries", "awa_outbox.relayed"],
+        QUEUE: ["awa.outbox_fence"],
+    }
+    for alias, names in tables.items():
+        schema = names[0].split(".")[0]
+        with connections[alias].cursor() as cursor:
+            cursor.execute(refuse.format(schema=schema))
+            for name in names:
+                cursor.execute(
+                    f"CREATE TRIGGER refuse_change BEFORE UPDATE OR DELETE ON {name} "
+                    f"FOR EACH ROW EXECUTE FUNCTION {schema}.refuse_change()"
+                )
+    try:
+        relay = Relay(rotate_after=0)
+        for round_ in range(6):
+            enqueue_many([testapp_jobs.noop.using(queue=queue).prepare(round_)] * 50)
+            with transaction.atomic():
+                testapp_jobs.noop.using(queue=queue, unique=Unique(by_args=True)).enqueue(round_)
+            relay.relay_pending()
+            relay.maintain()
+        assert relay.stats.relayed == 6 * 51
+        assert relay.stats.emptied >= 5
+        # The triggers are armed: a DELETE of what the current slot holds fails.
+        with (
+            pytest.raises(DatabaseError, match="append-only: DELETE on entries_"),
+            transaction.atomic(),
+            connections[DEFAULT_DB_ALIAS].cursor() as cursor,
+        ):
+            cursor.execute("DELETE FROM awa_outbox.entries")
+    finally:
+        for alias, names in tables.items():
+            schema = names[0].split(".")[0]
+            with connections[alias].cursor() as cursor:
+                for name in names:
+                    cursor.execute(f"DROP TRIGGER refuse_change ON {name}")
+                cursor.execute(f"DROP FUNCTION {schema}.refuse_change()")
