@@ -86,27 +86,32 @@ class Relay:
         self.rotate_after = rotate_after
         self.stats = RelayStats()
 
-    def relay_batch(self) -> int:
-        """Relay one batch; the number of entries it read (0: none pending)."""
+    def relay_batch(self, after: tuple[int, str] | None = None) -> store.Batch:
+        """Relay one batch (``after``: the previous batch's ``resume``, to read
+        on from there); returns what it read."""
         with transaction.atomic(using=self.outbox):
-            entries = run(store.pending(self.batch), self.outbox)
+            batch = run(store.pending(self.batch, after), self.outbox)
+            entries = batch.entries
             if not entries:
-                return 0
+                return batch
             written = run(store.relay_batch(entries), self.queue)
             run(store.mark_relayed(entries), self.outbox)
         self.stats.batches += 1
         self.stats.relayed += len(written)
         self.stats.fenced += len(entries) - len(written)
-        return len(entries)
+        return batch
 
     def relay_pending(self) -> int:
-        """Relay batches until none is pending; the number of entries read."""
-        total = 0
+        """Relay batches until none is pending; the number of entries read.
+        Each batch reads on from the previous one, so a backlog is read once
+        (not from its start again at every batch)."""
+        total, after = 0, None
         while True:
-            read = self.relay_batch()
-            total += read
-            if read < self.batch:
+            batch = self.relay_batch(after)
+            total += len(batch.entries)
+            if len(batch.entries) < self.batch:
                 return total
+            after = batch.resume
 
     def maintain(self) -> None:
         """Turn the ring when its current slot is old enough, and empty the

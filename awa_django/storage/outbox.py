@@ -127,11 +127,34 @@ def installed() -> Steps[bool]:
     return bool(single((yield _statement("installed"))))
 
 
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """What one read of the outbox found: the entries, and where the next
+    read of the same backlog may start (:func:`pending`)."""
+
+    entries: list[Entry]
+    #: The last entry's sequence number and the read's snapshot (as text,
+    #: ``xmin:xmax:xip,...``), or None when nothing was read.
+    resume: tuple[int, str] | None
+
+
 @operation
-def pending(limit: int) -> Steps[list[Entry]]:
-    """Up to ``limit`` committed entries not relayed yet, in relay order."""
-    rows = yield _statement("pending", [limit])
-    return [_entry(row) for row in rows]
+def pending(limit: int, after: tuple[int, str] | None = None) -> Steps[Batch]:
+    """Up to ``limit`` committed entries not relayed yet, in relay order.
+    ``after``: the previous batch's ``resume``, to read on from there
+    instead of from the start (see the ``pending_after`` statement)."""
+    if after is None:
+        rows = yield _statement("pending", {"limit": limit})
+    else:
+        # The snapshot's text form is xmin:xmax:xip,xip,...
+        _, xmax, xip = after[1].split(":")
+        rows = yield _statement(
+            "pending_after",
+            {"limit": limit, "after": after[0], "xmax": xmax, "xip": f"{{{xip}}}"},
+        )
+    if not rows:
+        return Batch([], None)
+    return Batch([_entry(row) for row in rows], (rows[-1][1], str(rows[-1][17])))
 
 
 def _entry(row: Row) -> Entry:
@@ -161,18 +184,14 @@ def _entry(row: Row) -> Entry:
 def relay_batch(entries: Sequence[Entry]) -> Steps[list[int]]:
     """Write the entries the queue database does not hold yet as jobs (run
     there, one transaction); returns the ids of the jobs written.  An entry
-    whose key the fence already holds was written by an earlier relay whose
-    outbox bookkeeping did not commit: it is skipped."""
+    whose job id the fence already holds was written by an earlier relay
+    whose outbox bookkeeping did not commit: it is skipped."""
     fresh_rows = yield _statement(
         "fence",
-        [
-            int_array([entry.slot for entry in entries]),
-            int_array([entry.seq for entry in entries]),
-            int_array([entry.job_id for entry in entries]),
-        ],
+        [int_array([entry.slot for entry in entries]), int_array([e.job_id for e in entries])],
     )
     fresh = {row[0] for row in fresh_rows}
-    todo = [entry for entry in entries if entry.seq in fresh]
+    todo = [entry for entry in entries if entry.job_id in fresh]
     # In outbox order: runs of plain jobs by COPY, unique and dependent jobs
     # one by one between them (a dependency written earlier in the batch
     # must exist when its dependent is written).

@@ -90,7 +90,7 @@ def test_a_relay_that_dies_before_its_outbox_commit_writes_no_job_twice(outbox_m
     # The queue database commits the batch; the outbox transaction, where the
     # entries would be recorded as relayed, never does (the relay died).
     with pytest.raises(RuntimeError), transaction.atomic(using=DEFAULT_DB_ALIAS):
-        entries = run(store.pending(100), DEFAULT_DB_ALIAS)
+        entries = run(store.pending(100), DEFAULT_DB_ALIAS).entries
         assert run(store.relay_batch(entries), QUEUE) == ids
         raise RuntimeError("killed")
     assert run(store.depth(), DEFAULT_DB_ALIAS).pending == 10
@@ -453,3 +453,40 @@ def test_the_outbox_and_the_fence_are_never_updated_or_deleted_from(outbox_mode,
                 for name in names:
                     cursor.execute(f"DROP TRIGGER refuse_change ON {name}")
                 cursor.execute(f"DROP FUNCTION {schema}.refuse_change()")
+
+
+def test_a_reinstalled_outbox_loses_no_job_to_the_fence(outbox_mode, queue):
+    """The outbox's own sequence starts again after a reinstall; the fence
+    keys entries by job id, which never repeats, so nothing new is taken
+    for an entry relayed before."""
+    first = enqueue_many([testapp_jobs.noop.using(queue=queue).prepare(n) for n in range(3)])
+    relay_all()
+    with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
+        cursor.execute("DROP SCHEMA awa_outbox CASCADE")
+    run(store.install(), DEFAULT_DB_ALIAS)
+    second = enqueue_many([testapp_jobs.noop.using(queue=queue).prepare(n) for n in range(3, 6)])
+    assert relay_all() == 3
+    assert [job_id for job_id, _ in _queue_jobs(queue)] == [*first, *second]
+
+
+def test_a_pass_over_a_backlog_still_finds_a_transaction_that_commits_late(outbox_mode, queue):
+    """Batches after the first read on from the previous one's last entry; a
+    transaction open during that read, whose entry has a lower number,
+    commits later and is still relayed, in its place among what is left."""
+    reserved = run(store.reserve_ids(1), QUEUE)[0]
+    with psycopg.connect(conninfo(DEFAULT_DB_ALIAS)) as late:
+        late.execute(
+            "INSERT INTO awa_outbox.entries (slot, job_id, queue, priority, kind, args, kwargs,"
+            " metadata, tags, max_attempts) SELECT r.slot, %s, %s, 2, 'testapp.noop', '[-1]',"
+            " '{}', '{}', '{}', 3 FROM awa_outbox.ring r",
+            [reserved, queue],
+        )
+        ids = enqueue_many([testapp_jobs.noop.using(queue=queue).prepare(n) for n in range(30)])
+        relay = Relay(batch=10)
+        first = relay.relay_batch()
+        assert [entry.job_id for entry in first.entries] == ids[:10]
+        late.commit()
+    second = relay.relay_batch(first.resume)
+    assert [entry.job_id for entry in second.entries] == [reserved, *ids[10:19]]
+    relay.relay_pending()
+    assert sorted(job_id for job_id, _ in _queue_jobs(queue)) == sorted([reserved, *ids])

@@ -23,15 +23,47 @@ COPY awa_outbox.entries (slot, job_id, queue, priority, kind, args, kwargs, meta
 FROM STDIN
 
 -- name: pending
--- Committed entries not relayed yet, in relay order.  JSON columns as text:
--- the relay writes them to the queue as they are.
+-- Committed entries not relayed yet, in relay order, and the read's
+-- snapshot (for pending_after).  JSON columns as text: the relay writes
+-- them to the queue as they are.
 SELECT e.slot, e.seq, e.job_id, e.queue, e.priority, e.kind, e.args::text, e.kwargs::text,
        e.metadata::text, e.tags, e.max_attempts, e.run_at, e.ordering_key, e.unique_key,
-       e.unique_states, e.depends_on, e.on_dependency_failure
+       e.unique_states, e.depends_on, e.on_dependency_failure, pg_current_snapshot()::text
   FROM awa_outbox.entries e
  WHERE NOT EXISTS (SELECT 1 FROM awa_outbox.relayed r WHERE r.slot = e.slot AND r.seq = e.seq)
  ORDER BY e.seq
- LIMIT %s
+ LIMIT %(limit)s
+
+-- name: pending_after
+-- The next batch of a backlog: pending, but past the previous batch's last
+-- entry, so the relayed part is not read again: the next entries by seq,
+-- read through a bounded range of the seq index (numbers rolled-back
+-- transactions drew leave gaps), less any another relay took meanwhile.
+-- A batch that comes back short ends the relay's pass; the next one starts
+-- over with pending.  An entry that read passed over unseen had its
+-- sequence number drawn before the read (a later one is past the batch's
+-- last) by a transaction the read's snapshot could not see: one in
+-- progress then (its xip list) or one whose id came later (at least its
+-- xmax).  The second branch brings those back, and the ORDER BY puts them
+-- in their place.
+SELECT e.slot, e.seq, e.job_id, e.queue, e.priority, e.kind, e.args::text, e.kwargs::text,
+       e.metadata::text, e.tags, e.max_attempts, e.run_at, e.ordering_key, e.unique_key,
+       e.unique_states, e.depends_on, e.on_dependency_failure, pg_current_snapshot()::text
+  FROM ((SELECT n.*
+           FROM (SELECT * FROM awa_outbox.entries
+                  WHERE seq > %(after)s AND seq <= %(after)s + 4 * %(limit)s
+                  ORDER BY seq
+                  LIMIT %(limit)s) n
+          WHERE NOT EXISTS (SELECT 1 FROM awa_outbox.relayed r
+                             WHERE r.slot = n.slot AND r.seq = n.seq))
+        UNION ALL
+        (SELECT l.* FROM awa_outbox.entries l
+          WHERE l.seq <= %(after)s
+            AND (l.xid >= %(xmax)s::xid8 OR l.xid = ANY (%(xip)s::xid8[]))
+            AND NOT EXISTS (SELECT 1 FROM awa_outbox.relayed r
+                             WHERE r.slot = l.slot AND r.seq = l.seq))) e
+ ORDER BY e.seq
+ LIMIT %(limit)s
 
 -- name: find
 -- One job by id, and whether it was relayed.
@@ -74,10 +106,10 @@ SELECT to_regclass('awa_outbox.entries') IS NOT NULL
 
 -- name: fence
 -- The keys of a batch this database does not hold yet: only those become jobs.
-INSERT INTO awa.outbox_fence (slot, seq, job_id)
-SELECT * FROM unnest(%s::smallint[], %s::bigint[], %s::bigint[])
+INSERT INTO awa.outbox_fence (slot, job_id)
+SELECT * FROM unnest(%s::smallint[], %s::bigint[])
     ON CONFLICT DO NOTHING
-RETURNING seq
+RETURNING job_id
 
 -- name: relay_unique
 SELECT awa.relay_unique(%s, %s, %s::text[], %s, %s::smallint, %s, %s::json, %s::json, %s::jsonb,

@@ -11,8 +11,10 @@
 -- job: an entry becomes a job exactly once, whichever relay, however often
 -- retried.
 --
--- The key is the entry's outbox slot and sequence number.  The table is
--- partitioned by that slot like awa_outbox.entries, and a partition is
+-- The key is the entry's job id: reserved from this database's
+-- awa.job_id_seq, it names one entry for good, even across a reinstall of
+-- the outbox (whose own sequence starts again).  The table is partitioned
+-- by the entry's outbox slot like awa_outbox.entries, and a partition is
 -- emptied by TRUNCATE when the outbox empties its slot (after every entry
 -- in it was recorded as relayed, under a lock no relay in flight can hold
 -- at the same time): append-only, no dead tuples.
@@ -23,10 +25,9 @@ UPDATE awa.substrate_info SET schema_version = GREATEST(schema_version, 10);
 
 CREATE TABLE IF NOT EXISTS awa.outbox_fence (
     slot       smallint    NOT NULL,
-    seq        bigint      NOT NULL,
     job_id     bigint      NOT NULL,
     relayed_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (slot, seq)
+    PRIMARY KEY (slot, job_id)
 ) PARTITION BY LIST (slot);
 
 DO $$

@@ -56,7 +56,11 @@ CREATE TABLE IF NOT EXISTS awa_outbox.entries (
     unique_states text[],
     -- Dependencies (ids of jobs in the queue, or relayed before this one).
     depends_on   bigint[],
-    on_dependency_failure text
+    on_dependency_failure text,
+    -- The writing transaction: lets the relay read a backlog batch after
+    -- batch without reading its relayed part again (see the pending_after
+    -- statement of sql/queries/outbox.sql).
+    xid          xid8        NOT NULL DEFAULT pg_current_xact_id()
 ) PARTITION BY LIST (slot);
 
 CREATE TABLE IF NOT EXISTS awa_outbox.relayed (
@@ -76,6 +80,7 @@ BEGIN
 END
 $$;
 CREATE INDEX IF NOT EXISTS entries_seq ON awa_outbox.entries (seq);
+CREATE INDEX IF NOT EXISTS entries_xid ON awa_outbox.entries (xid);
 CREATE INDEX IF NOT EXISTS relayed_seq ON awa_outbox.relayed (seq);
 -- ops.get_job of a job not relayed yet (state 'pending').
 CREATE INDEX IF NOT EXISTS entries_job_id ON awa_outbox.entries (job_id);
