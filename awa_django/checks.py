@@ -351,6 +351,33 @@ def _encrypted_kinds_and_queues(parsed: AwaSettings) -> list[str]:
     return asked + [f"job kind {job.kind!r}" for job in registry if job.encrypt]
 
 
+@register(APP_LABEL)
+def check_atomic_in_outbox_mode(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """W007: outbox mode and ``@job(atomic=True)`` kinds.  An atomic handler's
+    transaction is on the queue's database; with the queue in a database of
+    its own, the ORM writes it makes to the application's are not part of it."""
+    from .jobs import registry
+
+    parsed, errors = _parsed()
+    if errors or parsed.outbox_database is None:
+        return []
+    atomic = sorted(job.kind for job in registry if job.atomic)
+    if not atomic:
+        return []
+    return [
+        CheckWarning(
+            f"job kind(s) {', '.join(atomic)} are @job(atomic=True), but the queue is in a "
+            f"database of its own (AWA['DATABASE'] = {parsed.database!r}): their handlers' "
+            f"writes to {parsed.outbox_database!r} do not commit with their completion",
+            hint="Keep such handlers idempotent, or keep the queue in the application's "
+            "database (see the queue-database how-to).",
+            id="awa_django.W007",
+        )
+    ]
+
+
 @register(APP_LABEL, Tags.security)
 def check_encryption(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any

@@ -490,3 +490,13 @@ def test_a_pass_over_a_backlog_still_finds_a_transaction_that_commits_late(outbo
     assert [entry.job_id for entry in second.entries] == [reserved, *ids[10:19]]
     relay.relay_pending()
     assert sorted(job_id for job_id, _ in _queue_jobs(queue)) == sorted([reserved, *ids])
+
+
+def test_atomic_kinds_in_outbox_mode_are_a_check_warning(settings):
+    from django.core import checks
+
+    settings.AWA = {**settings.AWA, "DATABASE": QUEUE, "OUTBOX_DATABASE": DEFAULT_DB_ALIAS}
+    [warning] = [m for m in checks.run_checks() if m.id == "awa_django.W007"]
+    assert "atomic=True" in warning.msg
+    settings.AWA = {**settings.AWA, "OUTBOX_DATABASE": None, "DATABASE": DEFAULT_DB_ALIAS}
+    assert "awa_django.W007" not in [m.id for m in checks.run_checks()]
