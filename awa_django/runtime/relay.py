@@ -85,6 +85,9 @@ class Relay:
         self.batch = batch
         self.rotate_after = rotate_after
         self.stats = RelayStats()
+        # Where the last read ended: its last entry and its snapshot (see
+        # relay_pending); None: the next read starts from the beginning.
+        self._resume: tuple[int, str] | None = None
 
     def relay_batch(self, after: tuple[int, str] | None = None) -> store.Batch:
         """Relay one batch (``after``: the previous batch's ``resume``, to read
@@ -103,20 +106,33 @@ class Relay:
 
     def relay_pending(self) -> int:
         """Relay batches until none is pending; the number of entries read.
-        Each batch reads on from the previous one, so a backlog is read once
-        (not from its start again at every batch)."""
-        total, after = 0, None
+
+        Each read goes on from where the previous one ended (this pass's or
+        an earlier one's), so neither a backlog nor the relayed part of the
+        current slot is read again at every batch; a read that finds nothing
+        there reads once from the start (a gap in the numbers, from
+        rolled-back transactions, that the bounded read stopped at), and so
+        does the first pass after :meth:`maintain` or an error.
+        """
+        total, after = 0, self._resume
         while True:
             batch = self.relay_batch(after)
-            total += len(batch.entries)
-            if len(batch.entries) < self.batch:
+            read = len(batch.entries)
+            total += read
+            if batch.resume is not None:
+                self._resume = batch.resume
+            if read == self.batch:
+                after = self._resume
+            elif read == 0 and after is not None:
+                after = None
+            else:
                 return total
-            after = batch.resume
 
     def maintain(self) -> None:
         """Turn the ring when its current slot is old enough, and empty the
         slots behind it whose entries are all relayed; with observers (a
         worker's metrics), report the outbox's depth and lag."""
+        self._resume = None  # the next pass reads once from the start
         if observers.active:
             depth = run(store.depth(), self.outbox)
             observers.outbox_sampled(depth.pending, depth.lag_seconds)
@@ -139,6 +155,7 @@ class Relay:
         return True
 
     def _reconnect(self) -> None:
+        self._resume = None
         for alias in (self.outbox, self.queue):
             with contextlib.suppress(DatabaseError, InterfaceError):
                 connections[alias].close()
@@ -174,8 +191,6 @@ class Relay:
                 log.warning("relay: %s; retrying on new connections", exc)
                 self._reconnect()
                 stop.wait(min(0.1 * 2**failures, 5.0))
-                continue
-            if read:
                 continue
             if wake is None:
                 stop.wait(poll)

@@ -264,7 +264,10 @@ def find(job_id: int) -> Steps[JobInfo | bool | None]:
 
 @operation
 def mark_relayed(entries: Sequence[Entry]) -> Steps[None]:
-    """Record the entries as relayed (the outbox's side of a batch)."""
+    """Record the entries as relayed (the outbox's side of a batch, in the
+    transaction that read them; its commit does not wait for the WAL flush:
+    see the ``relaxed_commit`` statement)."""
+    yield _statement("relaxed_commit")
     yield _statement(
         "mark_relayed",
         [int_array([entry.slot for entry in entries]), int_array([entry.seq for entry in entries])],

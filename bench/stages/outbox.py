@@ -11,7 +11,9 @@ queue in the application's database, in one run:
   ``Relay.relay_pending`` (1,000 entries a batch), jobs/s;
 - **pickup latency** at ``--rate`` for ``--duration``: enqueue (in the
   application's transaction) to the handler's first line; in outbox mode a
-  relay thread woken by the outbox's NOTIFY sits in between.
+  relay woken by the outbox's NOTIFY sits in between: a thread of the
+  workers' process (as the maintenance leader runs it), then a
+  ``manage.py awa_relay`` process.
 
 The queue database is the alias ``queue`` of ``DATABASES``: the test
 project defines it from ``QUEUE_DATABASE_URL`` (an empty database; this
@@ -22,10 +24,16 @@ moves the outbox.
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -81,7 +89,7 @@ def _copy(options: BenchOptions) -> float:
 
 def _pickup(options: BenchOptions, outbox: bool) -> dict[str, Any]:
     """Pickup percentiles at the offered rate; in outbox mode with a relay
-    thread (and its LISTEN) running beside the workers."""
+    thread (and its LISTEN) running beside the workers, as a leader's."""
     plain = BenchOptions(**{**options.__dict__, "database": None, "maintenance": False})
     if not outbox:
         return offered_rate(plain)["pickup"]
@@ -106,6 +114,46 @@ def _pickup(options: BenchOptions, outbox: bool) -> dict[str, Any]:
         wake.set()
         for thread in threads:
             thread.join(10)
+
+
+def _pickup_with_relay_process(options: BenchOptions) -> dict[str, Any]:
+    """Pickup percentiles in outbox mode with ``manage.py awa_relay`` in a
+    process of its own (this process's settings, in outbox mode)."""
+    plain = BenchOptions(**{**options.__dict__, "database": None, "maintenance": False})
+    env = dict(os.environ)
+    env["AWA_SETTINGS_JSON"] = json.dumps(
+        {
+            **json.loads(env.get("AWA_SETTINGS_JSON") or "{}"),
+            "DATABASE": QUEUE,
+            "OUTBOX_DATABASE": APPLICATION,
+        }
+    )
+    relay = subprocess.Popen(  # noqa: S603 - this interpreter, this project's manage.py
+        [sys.executable, str(Path(sys.argv[0]).resolve()), "awa_relay", "--poll", "1"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        _until_listening(relay)
+        return offered_rate(plain)["pickup"]
+    finally:
+        relay.send_signal(signal.SIGTERM)
+        relay.wait(30)
+
+
+def _until_listening(relay: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+    """Wait for the relay process's LISTEN, so no pickup waits for its poll."""
+    deadline = time.monotonic() + timeout
+    with connections[APPLICATION].cursor() as cursor:
+        while time.monotonic() < deadline and relay.poll() is None:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND query = 'LISTEN awa_outbox'"
+            )
+            if cursor.fetchone()[0]:
+                return
+            time.sleep(0.05)
+    raise CommandError("the awa_relay process did not start listening")
 
 
 def compare(options: BenchOptions) -> dict[str, Any]:
@@ -136,6 +184,7 @@ def compare(options: BenchOptions) -> dict[str, Any]:
         figures["relayed"] = relayed
         drain(direct)
         figures["outbox_pickup"] = _pickup(options, outbox=True)
+        figures["outbox_pickup_relay_process"] = _pickup_with_relay_process(options)
     for measure in ("single", "copy"):
         figures[f"outbox_over_same_database_{measure}"] = round(
             figures[f"outbox_{measure}_per_s"] / figures[f"same_database_{measure}_per_s"], 3

@@ -49,6 +49,17 @@ def _queue_jobs(queue: str) -> list[tuple[int, list]]:
         return [(row[0], row[1]) for row in cursor.fetchall()]
 
 
+def _write_open(conn: psycopg.Connection, job_id: int, queue: str, argument: int) -> None:
+    """An outbox entry written on ``conn``, in a transaction the caller keeps
+    open (a producer slower than the relay)."""
+    conn.execute(
+        "INSERT INTO awa_outbox.entries (slot, job_id, queue, priority, kind, args, kwargs,"
+        " metadata, tags, max_attempts) SELECT r.slot, %s, %s, 2, 'testapp.noop', %s::json,"
+        " '{}', '{}', '{}', 3 FROM awa_outbox.ring r",
+        [job_id, queue, f"[{argument}]"],
+    )
+
+
 def test_a_job_commits_with_the_application_transaction(outbox_mode, queue):
     with transaction.atomic():
         Execution.objects.create(job_id=0, label="order-1", attempt=1)
@@ -124,12 +135,7 @@ def test_a_producer_still_writing_to_the_previous_slot_keeps_it(outbox_mode, que
     relay = Relay(rotate_after=0)
     testapp_jobs.noop.using(queue=queue).enqueue(1)
     with psycopg.connect(conninfo(DEFAULT_DB_ALIAS)) as late:
-        late.execute(
-            "INSERT INTO awa_outbox.entries (slot, job_id, queue, priority, kind, args, kwargs,"
-            " metadata, tags, max_attempts) SELECT r.slot, %s, %s, 2, 'testapp.noop', '[2]',"
-            " '{}', '{}', '{}', 3 FROM awa_outbox.ring r",
-            [run(store.reserve_ids(1), QUEUE)[0], queue],
-        )
+        _write_open(late, run(store.reserve_ids(1), QUEUE)[0], queue, 2)
         relay.relay_pending()
         relay.maintain()  # turns the ring; slot 0 is locked by the open transaction
         relay.maintain()
@@ -475,12 +481,7 @@ def test_a_pass_over_a_backlog_still_finds_a_transaction_that_commits_late(outbo
     commits later and is still relayed, in its place among what is left."""
     reserved = run(store.reserve_ids(1), QUEUE)[0]
     with psycopg.connect(conninfo(DEFAULT_DB_ALIAS)) as late:
-        late.execute(
-            "INSERT INTO awa_outbox.entries (slot, job_id, queue, priority, kind, args, kwargs,"
-            " metadata, tags, max_attempts) SELECT r.slot, %s, %s, 2, 'testapp.noop', '[-1]',"
-            " '{}', '{}', '{}', 3 FROM awa_outbox.ring r",
-            [reserved, queue],
-        )
+        _write_open(late, reserved, queue, -1)
         ids = enqueue_many([testapp_jobs.noop.using(queue=queue).prepare(n) for n in range(30)])
         relay = Relay(batch=10)
         first = relay.relay_batch()
@@ -500,3 +501,24 @@ def test_atomic_kinds_in_outbox_mode_are_a_check_warning(settings):
     assert "atomic=True" in warning.msg
     settings.AWA = {**settings.AWA, "OUTBOX_DATABASE": None, "DATABASE": DEFAULT_DB_ALIAS}
     assert "awa_django.W007" not in [m.id for m in checks.run_checks()]
+
+
+def test_later_passes_read_on_and_still_find_late_commits_and_gaps(outbox_mode, queue):
+    """A pass reads on from where the previous pass ended: an entry of a
+    transaction open at that read is found when it commits, and so is one
+    past a gap of numbers that rolled-back transactions drew."""
+    relay = Relay(batch=10)  # reads on through windows of 40 numbers
+    plain = testapp_jobs.noop.using(queue=queue)
+    reserved = run(store.reserve_ids(1), QUEUE)[0]
+    with psycopg.connect(conninfo(DEFAULT_DB_ALIAS)) as late:
+        _write_open(late, reserved, queue, -1)
+        first = enqueue_many([plain.prepare(n) for n in range(5)])
+        assert relay.relay_pending() == 5
+        late.commit()
+    assert relay.relay_pending() == 1  # read on, the late one included
+    with transaction.atomic():
+        enqueue_many([plain.prepare(n) for n in range(100)])  # 100 numbers drawn
+        transaction.set_rollback(True)
+    after_gap = plain.enqueue(5)
+    assert relay.relay_pending() == 1
+    assert [job_id for job_id, _ in _queue_jobs(queue)] == [*first, reserved, after_gap.id]

@@ -35,35 +35,8 @@ SELECT e.slot, e.seq, e.job_id, e.queue, e.priority, e.kind, e.args::text, e.kwa
  LIMIT %(limit)s
 
 -- name: pending_after
--- The next batch of a backlog: pending, but past the previous batch's last
--- entry, so the relayed part is not read again: the next entries by seq,
--- read through a bounded range of the seq index (numbers rolled-back
--- transactions drew leave gaps), less any another relay took meanwhile.
--- A batch that comes back short ends the relay's pass; the next one starts
--- over with pending.  An entry that read passed over unseen had its
--- sequence number drawn before the read (a later one is past the batch's
--- last) by a transaction the read's snapshot could not see: one in
--- progress then (its xip list) or one whose id came later (at least its
--- xmax).  The second branch brings those back, and the ORDER BY puts them
--- in their place.
-SELECT e.slot, e.seq, e.job_id, e.queue, e.priority, e.kind, e.args::text, e.kwargs::text,
-       e.metadata::text, e.tags, e.max_attempts, e.run_at, e.ordering_key, e.unique_key,
-       e.unique_states, e.depends_on, e.on_dependency_failure, pg_current_snapshot()::text
-  FROM ((SELECT n.*
-           FROM (SELECT * FROM awa_outbox.entries
-                  WHERE seq > %(after)s AND seq <= %(after)s + 4 * %(limit)s
-                  ORDER BY seq
-                  LIMIT %(limit)s) n
-          WHERE NOT EXISTS (SELECT 1 FROM awa_outbox.relayed r
-                             WHERE r.slot = n.slot AND r.seq = n.seq))
-        UNION ALL
-        (SELECT l.* FROM awa_outbox.entries l
-          WHERE l.seq <= %(after)s
-            AND (l.xid >= %(xmax)s::xid8 OR l.xid = ANY (%(xip)s::xid8[]))
-            AND NOT EXISTS (SELECT 1 FROM awa_outbox.relayed r
-                             WHERE r.slot = l.slot AND r.seq = l.seq))) e
- ORDER BY e.seq
- LIMIT %(limit)s
+-- The next batch of a backlog (awa_outbox.pending_after).
+SELECT * FROM awa_outbox.pending_after(%(after)s, %(xmax)s::xid8, %(xip)s::xid8[], %(limit)s)
 
 -- name: find
 -- One job by id, and whether it was relayed.
@@ -76,6 +49,12 @@ SELECT e.job_id, e.kind, e.queue, e.priority, e.max_attempts, e.args, e.kwargs, 
 -- name: mark_relayed
 INSERT INTO awa_outbox.relayed (slot, seq)
 SELECT * FROM unnest(%s::smallint[], %s::bigint[])
+
+-- name: relaxed_commit
+-- The outbox's record of a batch may be lost in a crash: the entries are
+-- then read again and the fence turns them away.  So its commit need not
+-- wait for the WAL flush (the queue database's commit of the jobs does).
+SET LOCAL synchronous_commit = off
 
 -- name: depth
 -- Entries waiting to be relayed, and when the oldest of them was written.

@@ -113,3 +113,43 @@ BEGIN
     RETURN v_left;
 END
 $$;
+
+-- The relay's next batch, read on from the previous read (PL/pgSQL, so a
+-- relay's session plans it once, not at every batch): the entries after
+-- p_after by seq, through a bounded range of the seq index (numbers that
+-- rolled-back transactions drew leave gaps), less any another relay took
+-- meanwhile; and the entries at or before p_after that the previous read
+-- could not see: their sequence numbers were drawn before that read (a
+-- later one is past its last entry) by a transaction its snapshot did not
+-- see -- one in progress then (p_xip) or one whose id came later (at least
+-- p_xmax).  With the read's own snapshot, as text, for the next call.
+CREATE OR REPLACE FUNCTION awa_outbox.pending_after(
+    p_after bigint, p_xmax xid8, p_xip xid8[], p_limit integer)
+RETURNS TABLE (slot smallint, seq bigint, job_id bigint, queue text, priority smallint,
+               kind text, args text, kwargs text, metadata text, tags text[],
+               max_attempts smallint, run_at timestamptz, ordering_key text,
+               unique_key text, unique_states text[], depends_on bigint[],
+               on_dependency_failure text, snapshot text)
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY
+    SELECT e.slot, e.seq, e.job_id, e.queue, e.priority, e.kind, e.args::text, e.kwargs::text,
+           e.metadata::text, e.tags, e.max_attempts, e.run_at, e.ordering_key, e.unique_key,
+           e.unique_states, e.depends_on, e.on_dependency_failure, pg_current_snapshot()::text
+      FROM ((SELECT n.*
+               FROM (SELECT * FROM awa_outbox.entries x
+                      WHERE x.seq > p_after AND x.seq <= p_after + 4 * p_limit
+                      ORDER BY x.seq
+                      LIMIT p_limit) n
+              WHERE NOT EXISTS (SELECT 1 FROM awa_outbox.relayed r
+                                 WHERE r.slot = n.slot AND r.seq = n.seq))
+            UNION ALL
+            (SELECT l.* FROM awa_outbox.entries l
+              WHERE l.seq <= p_after
+                AND (l.xid >= p_xmax OR l.xid = ANY (p_xip))
+                AND NOT EXISTS (SELECT 1 FROM awa_outbox.relayed r
+                                 WHERE r.slot = l.slot AND r.seq = l.seq))) e
+     ORDER BY e.seq
+     LIMIT p_limit;
+END
+$$;
