@@ -81,7 +81,7 @@ def test_kill_9_mid_batch_rescues_and_completes_every_job(queue, start_worker):
 
 
 def test_deadline_rescue_closes_the_attempt_and_the_handler_is_told(queue):
-    ref = jobs.overrun.using(queue=queue, max_attempts=1).enqueue(2.0)
+    ref = jobs.overrun.using(queue=queue, max_attempts=1).enqueue(30.0)
     with override_settings(AWA={**FAST, "QUEUES": {queue: {"deadline": 0.5}}}):
         worker = Worker(worker_config(queue, burst=True, maintenance=True))
         asyncio.run(asyncio.wait_for(worker.run(), 60))

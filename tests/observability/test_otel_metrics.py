@@ -150,7 +150,7 @@ def test_runtime_gauges_while_a_job_runs(telemetry_factory, queue, spans):
 
 def test_dead_letters_rescues_and_stale_completions_are_counted(telemetry, queue):
     jobs.fails_until_released.using(queue=queue).enqueue()
-    jobs.overrun.using(queue=queue, max_attempts=1).enqueue(2.0)
+    jobs.overrun.using(queue=queue, max_attempts=1).enqueue(30.0)
     fast = {
         "HEARTBEAT_INTERVAL": 0.3,
         "HEARTBEAT_STALENESS": 1.5,

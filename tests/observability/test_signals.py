@@ -149,7 +149,7 @@ def test_a_receiver_that_raises_never_fails_the_job(queue, caplog):
 def test_dead_letter_moves_and_rescues_send_their_signals(queue, recorder):
     recorder.connect("job_dlq", "jobs_rescued", "job_failed")
     moved = jobs.fails_until_released.using(queue=queue).enqueue()
-    overrun = jobs.overrun.using(queue=queue, max_attempts=1).enqueue(2.0)
+    overrun = jobs.overrun.using(queue=queue, max_attempts=1).enqueue(30.0)
     fast = {
         "HEARTBEAT_INTERVAL": 0.3,
         "HEARTBEAT_STALENESS": 1.5,
