@@ -19,6 +19,10 @@ from .base import Execute, Steps, operation, single
 # 'AWA_MAIN' as a 64-bit advisory lock key: the one maintenance leader.
 LEADER_LOCK_KEY = 0x4157415F4D41494E
 RINGS = ("queue", "claim", "lease")
+#: The rings whose hot statements read their root table through its parent with
+#: a plan that names every slot (claim's lane probes; lease heartbeats and
+#: closes): the leader detaches the slot to prune first (:func:`detach_for_prune`).
+DETACHED_RINGS = ("queue", "lease")
 ROTATE_OUTCOMES = ("rotated", "skipped_idle", "skipped_busy")
 PRUNE_OUTCOMES = ("pruned", "already_pruned", "skipped_busy", "blocked", "horizon_unreadable")
 #: The prune outcome of a role that cannot read other sessions' transactions in
@@ -95,6 +99,25 @@ def ensure_ring_partitions(ring: str, slots: int) -> Steps[None]:
 def rotate(ring: str) -> Steps[str]:
     """Seal the ring's current slot and open the next; one of ROTATE_OUTCOMES."""
     return str((yield from _scalar("rotate_ring", [ring])))
+
+
+@operation
+def detach_for_prune(ring: str) -> Steps[bool]:
+    """Take the root child of the slot a prune of ``ring`` would empty now out
+    of its parent, so the prune's lock on it keeps no claim, heartbeat or
+    close waiting; the prune attaches it again.  Whether it detached.
+
+    Autocommit only: ``DETACH PARTITION ... CONCURRENTLY`` cannot run in a
+    transaction block.  It waits for the transactions that used the parent
+    before it (no transaction older than a second may hold a snapshot, or
+    nothing is detached); nothing is detached either when no prune would
+    truncate now or the role does not own the tables (``sql/schema/maintenance.sql``).
+    """
+    statement = yield from _scalar("prune_detach_target", [ring])
+    if statement is None:
+        return False
+    yield Execute(str(statement))
+    return True
 
 
 @operation

@@ -90,7 +90,7 @@ class PruneTurns:
 
 
 class RingTask(PeriodicService[dict[str, str]]):
-    """One tick of a ring: attempt one rotate, then one prune."""
+    """One tick of a ring: attempt one rotate, then detach the slot to prune and prune it."""
 
     run_at_start = True
 
@@ -113,6 +113,8 @@ class RingTask(PeriodicService[dict[str, str]]):
 
     async def run_once(self) -> dict[str, str]:
         rotated = await self._run(store.rotate(self.ring))
+        if self.ring in store.DETACHED_RINGS:
+            await self._detach()
         async with self._turns.turn():
             pruned = await self._run(store.prune(self.ring, self._failed_retention))
         if pruned == "blocked":
@@ -120,6 +122,15 @@ class RingTask(PeriodicService[dict[str, str]]):
         elif pruned == store.HORIZON_UNREADABLE:
             await self._horizon.refused(self._run, self.ring)
         return {"rotate": rotated, "prune": pruned}
+
+    async def _detach(self) -> None:
+        """Detach the slot the prune will empty, outside the prune's turn: the
+        detach waits for older users of the parent, not for the prune's peers."""
+        try:
+            await self._run(store.detach_for_prune(self.ring))
+        except psycopg.Error as error:
+            # The prune goes ahead under its lock and attaches whatever is out.
+            log.warning("%s ring: could not detach the slot to prune (%s)", self.ring, error)
 
 
 # Rescue reasons and the names of their tasks.

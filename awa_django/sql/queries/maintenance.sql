@@ -37,6 +37,10 @@ SELECT awa.ensure_ring_partitions(%s, %s)
 -- name: rotate_ring
 SELECT awa.rotate_ring(%s)
 
+-- name: prune_detach_target
+-- The DETACH statement to run before a prune of this ring, or NULL.
+SELECT awa.prune_detach_target(%s)
+
 -- name: prune_ring
 SELECT awa.prune_ring(%s, %s, make_interval(secs => %s))
 

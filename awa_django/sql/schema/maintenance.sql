@@ -49,6 +49,14 @@
 -- SKIP LOCKED: a lane a producer holds keeps its jobs until a later tick,
 -- so promotion never waits on a producer and cannot deadlock with one.
 
+-- Schema version 11 detaches the root child of the slot a prune empties
+-- before it locks it (awa.prune_detach_target, awa.ring_reattach below), so
+-- no claim, heartbeat or close waits on the prune (migration
+-- 0012_prune_detached runs this file again).
+SET LOCAL client_min_messages = warning;
+SELECT pg_advisory_xact_lock(hashtext('awa_django.substrate'));
+UPDATE awa.substrate_info SET schema_version = GREATEST(schema_version, 11);
+
 -- Whether a slot may be rotated onto.  Lease rows are removed by DELETE,
 -- so a lease slot counts as empty only once its storage is gone too: prune
 -- truncates it (and its dead rows) before the ring turns onto it again.
@@ -519,10 +527,7 @@ LANGUAGE plpgsql STABLE AS $$
 DECLARE
     v_rows bigint;
 BEGIN
-    EXECUTE format('SELECT count(*) FROM awa.%I',
-                   CASE p_ring WHEN 'queue' THEN 'ready_segments'
-                               WHEN 'claim' THEN 'lease_claim_batches'
-                               ELSE 'leases' END || '_' || p_slot)
+    EXECUTE format('SELECT count(*) FROM awa.%I', awa.ring_root(p_ring) || '_' || p_slot)
        INTO v_rows;
     RETURN v_rows;
 END
@@ -646,6 +651,126 @@ LANGUAGE sql STABLE AS $$
     SELECT pg_catalog.pg_has_role(p_role, 'pg_read_all_stats', 'USAGE')
 $$;
 
+-- The root table of a ring: the child every write that could outdate the
+-- prune proofs appends to (awa.ring_slot_stamp), and for the queue and
+-- lease rings the one hot statements read through their parent with a plan
+-- made once per session (claim's lane probes, lease heartbeats and closes),
+-- which locks every child.
+CREATE OR REPLACE FUNCTION awa.ring_root(p_ring text) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE p_ring WHEN 'queue' THEN 'ready_segments'
+                       WHEN 'claim' THEN 'lease_claim_batches'
+                       WHEN 'lease' THEN 'leases' END
+$$;
+
+-- The slot a prune of the ring empties (the one after the current slot)
+-- and when it was sealed: when the ring first rotated away from it, the
+-- rotation that followed its last generation.
+CREATE OR REPLACE FUNCTION awa.ring_prune_target(p_ring text, OUT slot integer,
+                                                 OUT sealed_at timestamptz)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_cursor record;
+BEGIN
+    SELECT * INTO v_cursor FROM awa.ring_cursor(p_ring);
+    SELECT (v_cursor.slot + 1) % c.slot_count INTO slot
+      FROM awa.ring_config c WHERE c.ring = p_ring;
+    EXECUTE format('SELECT min(r.rotated_at) FROM awa.%I r
+                     WHERE r.generation > (SELECT max(x.generation) FROM awa.%I x
+                                            WHERE x.slot = $1 AND x.generation < $2)',
+                   p_ring || '_ring_rotations', p_ring || '_ring_rotations')
+       INTO sealed_at USING slot, v_cursor.generation;
+    sealed_at := COALESCE(sealed_at, v_cursor.rotated_at);
+END
+$$;
+
+-- Detach before truncating (schema version 11).  Under the prune's ACCESS
+-- EXCLUSIVE lock on the root child of the slot it empties, every statement
+-- planned over the root's parent waits, though the slot holds nothing it
+-- wants: the plan a claim's lane probe makes once per session names every
+-- child, and a cached plan locks all it names.  So the leader first takes
+-- that child out of its parent with ALTER TABLE ... DETACH PARTITION ...
+-- CONCURRENTLY, which holds SHARE UPDATE EXCLUSIVE on the parent (no hot
+-- statement's lock conflicts with it) and waits for the transactions that
+-- used the parent before it; from then on no statement plans with the
+-- child.  The prune locks, checks and truncates it as before, and attaches
+-- it again in the same transaction (SHARE UPDATE EXCLUSIVE again; an empty
+-- table is checked against its bounds at once), whatever its outcome.
+--
+-- This function answers the statement to run, or NULL when no prune would
+-- truncate now (so nothing is detached only to be put back): a ring whose
+-- hot statements plan over the whole parent (queue, lease), a target with
+-- rows whose gates pass, no transaction older than a second holding a
+-- snapshot (the detach waits for transactions that used the parent: this
+-- keeps the wait short), and a role that owns both tables (ALTER TABLE
+-- needs it, and DETACH ... CONCURRENTLY cannot run inside a function that
+-- could lend it; awa_roles' worker role is no owner and prunes under the
+-- lock).  The detach cannot run inside a transaction block: the leader runs
+-- it in autocommit.
+CREATE OR REPLACE FUNCTION awa.prune_detach_target(p_ring text) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_target record;
+    v_child  text;
+BEGIN
+    IF p_ring NOT IN ('queue', 'lease')
+       OR current_setting('server_version_num')::integer < 140000
+       OR NOT pg_try_advisory_xact_lock(awa.ring_lock_key(p_ring))
+       OR NOT awa.horizon_readable(awa.horizon_reader()) THEN
+        RETURN NULL;
+    END IF;
+    SELECT * INTO v_target FROM awa.ring_prune_target(p_ring);
+    v_child := awa.ring_root(p_ring) || '_' || v_target.slot;
+    IF NOT EXISTS (SELECT 1 FROM pg_class c
+                     JOIN pg_inherits i ON i.inhrelid = c.oid
+                     JOIN pg_class p ON p.oid = i.inhparent
+                    WHERE c.oid = format('awa.%I', v_child)::regclass
+                      AND pg_has_role(c.relowner, 'USAGE') AND pg_has_role(p.relowner, 'USAGE'))
+       OR awa.ring_slot_empty(p_ring, v_target.slot)
+       OR awa.ring_slot_busy(p_ring, v_target.slot,
+                             GREATEST(v_target.sealed_at, clock_timestamp() - interval '1 second'))
+          IS NOT NULL THEN
+        RETURN NULL;
+    END IF;
+    RETURN format('ALTER TABLE awa.%I DETACH PARTITION awa.%I CONCURRENTLY',
+                  awa.ring_root(p_ring), v_child);
+END
+$$;
+
+-- Attach every root child of the ring that is out of its parent: the one a
+-- prune detached, or one a leader left detached when it died between the
+-- detach and the prune (a detach cut short in its wait is finished first).
+-- SECURITY DEFINER like awa.ensure_ring_partitions: run as the owner, so a
+-- maintainer that is not one still puts a child back.
+CREATE OR REPLACE FUNCTION awa.ring_reattach(p_ring text) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_root  text := awa.ring_root(p_ring);
+    v_child record;
+    v_count integer := 0;
+BEGIN
+    FOR v_child IN
+        SELECT c.relname, substring(c.relname FROM '_([0-9]+)$')::integer AS slot,
+               COALESCE((to_jsonb(i) ->> 'inhdetachpending')::boolean, false) AS pending
+          FROM pg_class c
+          LEFT JOIN pg_inherits i ON i.inhrelid = c.oid
+         WHERE c.relnamespace = 'awa'::regnamespace AND c.relkind = 'r'
+           AND c.relname ~ ('^' || v_root || '_[0-9]+$')
+           AND (i.inhrelid IS NULL OR (to_jsonb(i) ->> 'inhdetachpending')::boolean)
+         ORDER BY c.relname
+    LOOP
+        IF v_child.pending THEN
+            EXECUTE format('ALTER TABLE awa.%I DETACH PARTITION awa.%I FINALIZE',
+                           v_root, v_child.relname);
+        END IF;
+        EXECUTE format('ALTER TABLE awa.%I ATTACH PARTITION awa.%I FOR VALUES IN (%s)',
+                       v_root, v_child.relname, v_child.slot);
+        v_count := v_count + 1;
+    END LOOP;
+    RETURN v_count;
+END
+$$;
+
 -- The prune itself (see the header), the root child locked last.
 CREATE OR REPLACE FUNCTION awa.prune_ring_unchecked(
     p_ring text, p_lock_timeout_ms integer, p_failed_retention interval)
@@ -653,7 +778,6 @@ RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
     v_cursor    record;
-    v_slots     integer;
     v_target    integer;
     v_sealed_at timestamptz;
     v_stamp     bigint;
@@ -673,16 +797,7 @@ BEGIN
         RETURN 'skipped_busy';
     END IF;
     SELECT * INTO v_cursor FROM awa.ring_cursor(p_ring);
-    SELECT slot_count INTO v_slots FROM awa.ring_config WHERE ring = p_ring;
-    v_target := (v_cursor.slot + 1) % v_slots;
-    -- The target was sealed when the ring first rotated away from it: the
-    -- rotation that followed its last generation.
-    EXECUTE format('SELECT min(r.rotated_at) FROM awa.%I r
-                     WHERE r.generation > (SELECT max(x.generation) FROM awa.%I x
-                                            WHERE x.slot = $1 AND x.generation < $2)',
-                   p_ring || '_ring_rotations', p_ring || '_ring_rotations')
-       INTO v_sealed_at USING v_target, v_cursor.generation;
-    v_sealed_at := COALESCE(v_sealed_at, v_cursor.rotated_at);
+    SELECT t.slot, t.sealed_at INTO v_target, v_sealed_at FROM awa.ring_prune_target(p_ring) t;
 
     IF awa.ring_slot_empty(p_ring, v_target) THEN
         v_outcome := 'already_pruned';
@@ -695,9 +810,7 @@ BEGIN
         ELSE
             -- Every child but the root (the table awa.ring_slot_stamp
             -- counts): the root goes last.
-            v_root := CASE p_ring WHEN 'queue' THEN 'ready_segments'
-                                  WHEN 'claim' THEN 'lease_claim_batches'
-                                  ELSE 'leases' END;
+            v_root := awa.ring_root(p_ring);
             SELECT string_agg(format('awa.%I', t.name || '_' || v_target), ', ' ORDER BY t.n)
               INTO v_children
               FROM unnest(awa.ring_tables(p_ring)) WITH ORDINALITY AS t(name, n)
@@ -753,6 +866,9 @@ BEGIN
             END;
         END IF;
     END IF;
+    -- A root child the leader detached for this prune goes back, emptied or
+    -- not (awa.prune_detach_target).
+    PERFORM awa.ring_reattach(p_ring);
     PERFORM awa.record_ring_outcome(p_ring, 'prune', v_outcome, v_target, NULL, v_held_ms);
     RETURN v_outcome;
 END

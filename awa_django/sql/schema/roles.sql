@@ -39,7 +39,9 @@
 -- bounded slot count as its only inputs.  awa.horizon_pinned
 -- (maintenance.sql) is SECURITY DEFINER too: prune's question about other
 -- sessions' transactions, answered as the owner with one boolean, so the
--- worker role needs no pg_read_all_stats.
+-- worker role needs no pg_read_all_stats.  awa.ring_reattach
+-- (maintenance.sql) is SECURITY DEFINER too: it puts a ring's root child
+-- a prune detached back into its parent, the ring looked up by name.
 
 -- Names of the functions only maintainers may run (every overload): the
 -- maintenance entry points and leader helpers named here, and every function
@@ -56,7 +58,8 @@ LANGUAGE sql STABLE AS $$
             'record_ring_outcome', 'carry_forward_and_fold', 'rescue',
             'rescue_unchecked', 'rescue_attempts', 'rescue_leases', 'promote_due_skip_busy',
             'cleanup', 'cleanup_unique_claims', 'cleanup_descriptors', 'sample_queues',
-            'recheck_dependencies', 'batch_op_step', 'horizon_pinned']) COLLATE "C"
+            'recheck_dependencies', 'batch_op_step', 'horizon_pinned', 'prune_detach_target',
+            'ring_reattach']) COLLATE "C"
         UNION
         SELECT p.proname::text COLLATE "C"
           FROM pg_proc p, restricted r
