@@ -197,11 +197,12 @@ def _write(prepared: PreparedJob) -> EnqueuedJob:
     from .storage import enqueue as storage_enqueue
     from .storage.base import run
 
-    settings = awa_settings()
-    if settings.outbox_database is not None and prepared.database is None:
+    if awa_settings().outbox_database is not None:
         from . import outbox
 
-        return outbox.write_one(prepared, settings.outbox_database)
+        alias = outbox.outbox_alias([prepared])
+        if alias is not None:
+            return outbox.write_one(prepared, alias)
     ref: EnqueuedJob = run(storage_enqueue.enqueue_one(prepared), prepared.database)
     return ref
 

@@ -371,6 +371,17 @@ class AwaSettings:
         "How often the leader rotates and prunes the claim ring; "
         "``None`` follows ``QUEUE_ROTATE_INTERVAL``.",
     )
+    prune_detach: bool = setting(
+        False,
+        _BOOL,
+        "Before a prune empties the oldest slot of the queue or lease ring, "
+        "detach that slot's partition from the table claims, lease heartbeats and lease closes "
+        "read (``DETACH PARTITION ... CONCURRENTLY``), so none of them waits on the prune's "
+        "lock; the prune attaches it again. Each detach and attach makes every session plan "
+        "those statements again: worth it where a prune holds its lock long (slow storage; "
+        "``awa_storage status`` shows the hold), not where it takes a millisecond or two. "
+        "Needs a leader role that owns the tables.",
+    )
     failed_retention: float = setting(
         72 * 3600.0,
         _SECONDS,

@@ -1,10 +1,10 @@
-"""Schema version 11: no hot statement waits on a prune.
+"""Schema version 11: a prune no hot statement waits on, for AWA["PRUNE_DETACH"].
 
 A prune's ACCESS EXCLUSIVE lock on the root child of the slot it empties
-kept every claim, lease heartbeat and lease close waiting until its commit:
+keeps every claim, lease heartbeat and lease close waiting until its commit:
 their plans, made once per session over the whole parent, name every child.
-The leader now detaches that child concurrently first, and the prune
-attaches it again in the transaction that empties it
+With ``AWA["PRUNE_DETACH"]`` the leader detaches that child concurrently
+first, and the prune attaches it again in the transaction that empties it
 (``awa.prune_detach_target`` and ``awa.ring_reattach``, ``maintenance.sql``;
 ``roles.sql`` keeps both for maintainers).  The two files run again;
 unapplying leaves the new bodies, with which an older release's leader

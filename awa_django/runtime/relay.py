@@ -165,23 +165,20 @@ class Relay:
         stop: threading.Event,
         *,
         poll: float = 1.0,
-        burst: bool = False,
         wake: threading.Event | None = None,
     ) -> None:
-        """Relay until ``stop`` is set (or, with ``burst``, until the outbox is
-        empty).  ``wake``: set by a LISTEN on the outbox channel; without it
+        """Relay until ``stop`` is set (:func:`relay_all` empties the outbox
+        once).  ``wake``: set by a LISTEN on the outbox channel; without it
         the relay polls every ``poll`` seconds."""
         last_maintained = 0.0
         failures = 0
         while not stop.is_set():
             try:
-                read = self.relay_pending()
+                self.relay_pending()
                 now = time.monotonic()
                 if now - last_maintained >= min(self.rotate_after, poll):
                     self.maintain()
                     last_maintained = now
-                if burst and read == 0 and run(store.depth(), self.outbox).pending == 0:
-                    return
                 failures = 0
             except (DatabaseError, InterfaceError) as exc:
                 # A database restarting, a connection cut: nothing half-done

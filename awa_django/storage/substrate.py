@@ -29,7 +29,7 @@ from .base import Execute, Steps, operation, single
 # once (0003_dlq_retry_ready), 4 adds the search by arguments (0004_args_search),
 # 5 the atomic handlers' close, awa.complete_receipt (0005_atomic_closures),
 # 6 the edit and retry of a job (0006_edit_and_retry), ..., 10 the outbox relay's
-# fence (0011_outbox_fence), 11 the prune that detaches before it truncates
+# fence (0011_outbox_fence), 11 the prune that can detach before it truncates
 # (0012_prune_detached).
 SCHEMA_VERSION = 11
 

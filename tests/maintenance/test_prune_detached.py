@@ -274,9 +274,11 @@ def test_a_detach_cut_short_in_its_wait_is_finished_and_attached(store):
     assert _detached(store, "queue") == []
 
 
-def test_the_leaders_ring_tick_detaches_then_prunes_and_attaches(store):
-    """The leader's queue ring task: the slot is out of its parent between the
-    tick's detach and its prune, and back in after."""
+@pytest.mark.parametrize("detach", [True, False])
+def test_the_leaders_ring_tick_detaches_first_with_prune_detach(store, detach):
+    """The leader's queue ring task with ``AWA["PRUNE_DETACH"]``: the slot is
+    out of its parent between the tick's detach and its prune, and back in
+    after; without it (the default) the prune runs under its lock alone."""
     import asyncio
 
     from psycopg_pool import AsyncConnectionPool
@@ -299,8 +301,31 @@ def test_the_leaders_ring_tick_detaches_then_prunes_and_attaches(store):
                 seen.append(_detached(store, "queue"))
                 return result
 
-            return await RingTask(PeriodicConfig(60), watched, "queue", 3600).run_once()
+            task = RingTask(PeriodicConfig(60), watched, "queue", 3600, detach=detach)
+            return await task.run_once()
 
     outcome = asyncio.run(tick())
     assert outcome["prune"] == "pruned"
-    assert seen == [[], [f"ready_segments_{slot}"], []]  # rotate, detach, prune
+    if detach:
+        assert seen == [[], [f"ready_segments_{slot}"], []]  # rotate, detach, prune
+    else:
+        assert seen == [[], []]  # rotate, prune
+
+
+def test_prune_detach_reaches_the_queue_and_lease_rings_only():
+    from awa_django.conf import parse_settings
+    from awa_django.runtime.config import maintenance_config
+    from awa_django.runtime.leadership.maintenance import Maintenance
+
+    def detaching(**awa) -> dict[str, bool]:
+        parsed, problems = parse_settings(awa)
+        assert not problems, problems
+        tasks = Maintenance(maintenance_config(parsed))._tasks(None)  # type: ignore[arg-type]
+        return {name: task._detach_first for name, task in tasks.items() if name.endswith("_ring")}
+
+    assert detaching() == {"queue_ring": False, "claim_ring": False, "lease_ring": False}
+    assert detaching(PRUNE_DETACH=True) == {
+        "queue_ring": True,
+        "claim_ring": False,
+        "lease_ring": True,
+    }

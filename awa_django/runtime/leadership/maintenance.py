@@ -123,7 +123,13 @@ class Maintenance:
             "promote": Promoter(PeriodicConfig(s.promote_interval), run),
             **{
                 f"{ring}_ring": RingTask(
-                    PeriodicConfig(intervals[ring]), run, ring, s.failed_retention, horizon, turns
+                    PeriodicConfig(intervals[ring]),
+                    run,
+                    ring,
+                    s.failed_retention,
+                    horizon,
+                    turns,
+                    detach=s.prune_detach,
                 )
                 for ring in store.RINGS
             },

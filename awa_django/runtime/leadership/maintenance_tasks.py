@@ -90,7 +90,8 @@ class PruneTurns:
 
 
 class RingTask(PeriodicService[dict[str, str]]):
-    """One tick of a ring: attempt one rotate, then detach the slot to prune and prune it."""
+    """One tick of a ring: attempt one rotate, then one prune (with
+    ``AWA["PRUNE_DETACH"]``, the slot to prune is detached first)."""
 
     run_at_start = True
 
@@ -102,10 +103,14 @@ class RingTask(PeriodicService[dict[str, str]]):
         failed_retention: float,
         horizon: HorizonNotice | None = None,
         turns: PruneTurns | None = None,
+        *,
+        detach: bool = False,
     ) -> None:
         super().__init__(config)
         self.name = f"{ring}_ring"
         self.ring = ring
+        # AWA["PRUNE_DETACH"], for the rings whose hot statements need it.
+        self._detach_first = detach and ring in store.DETACHED_RINGS
         self._run = runner
         self._failed_retention = failed_retention
         self._horizon = horizon if horizon is not None else HorizonNotice()
@@ -113,7 +118,7 @@ class RingTask(PeriodicService[dict[str, str]]):
 
     async def run_once(self) -> dict[str, str]:
         rotated = await self._run(store.rotate(self.ring))
-        if self.ring in store.DETACHED_RINGS:
+        if self._detach_first:
             await self._detach()
         async with self._turns.turn():
             pruned = await self._run(store.prune(self.ring, self._failed_retention))

@@ -737,6 +737,21 @@ BEGIN
 END
 $$;
 
+-- The root children of the ring that are out of their parent, or on their
+-- way out (a detach cut short in its wait), with their slots.
+CREATE OR REPLACE FUNCTION awa.ring_detached(p_ring text)
+RETURNS TABLE (relname name, slot integer, pending boolean)
+LANGUAGE sql STABLE AS $$
+    SELECT c.relname, substring(c.relname FROM '_([0-9]+)$')::integer,
+           COALESCE((to_jsonb(i) ->> 'inhdetachpending')::boolean, false)
+      FROM pg_catalog.pg_class c
+      LEFT JOIN pg_catalog.pg_inherits i ON i.inhrelid = c.oid
+     WHERE c.relnamespace = 'awa'::regnamespace AND c.relkind = 'r'
+       AND c.relname ~ ('^' || awa.ring_root(p_ring) || '_[0-9]+$')
+       AND (i.inhrelid IS NULL OR (to_jsonb(i) ->> 'inhdetachpending')::boolean)
+     ORDER BY c.relname
+$$;
+
 -- Attach every root child of the ring that is out of its parent: the one a
 -- prune detached, or one a leader left detached when it died between the
 -- detach and the prune (a detach cut short in its wait is finished first).
@@ -749,16 +764,7 @@ DECLARE
     v_child record;
     v_count integer := 0;
 BEGIN
-    FOR v_child IN
-        SELECT c.relname, substring(c.relname FROM '_([0-9]+)$')::integer AS slot,
-               COALESCE((to_jsonb(i) ->> 'inhdetachpending')::boolean, false) AS pending
-          FROM pg_class c
-          LEFT JOIN pg_inherits i ON i.inhrelid = c.oid
-         WHERE c.relnamespace = 'awa'::regnamespace AND c.relkind = 'r'
-           AND c.relname ~ ('^' || v_root || '_[0-9]+$')
-           AND (i.inhrelid IS NULL OR (to_jsonb(i) ->> 'inhdetachpending')::boolean)
-         ORDER BY c.relname
-    LOOP
+    FOR v_child IN SELECT * FROM awa.ring_detached(p_ring) LOOP
         IF v_child.pending THEN
             EXECUTE format('ALTER TABLE awa.%I DETACH PARTITION awa.%I FINALIZE',
                            v_root, v_child.relname);
@@ -787,6 +793,7 @@ DECLARE
     v_locked_at timestamptz;
     v_held_ms   double precision;
     v_outcome   text;
+    v_detached  boolean;
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'awa.prune_ring_unchecked needs READ COMMITTED, not %',
@@ -796,6 +803,7 @@ BEGIN
     IF NOT pg_try_advisory_xact_lock(awa.ring_lock_key(p_ring)) THEN
         RETURN 'skipped_busy';
     END IF;
+    v_detached := EXISTS (SELECT 1 FROM awa.ring_detached(p_ring));
     SELECT * INTO v_cursor FROM awa.ring_cursor(p_ring);
     SELECT t.slot, t.sealed_at INTO v_target, v_sealed_at FROM awa.ring_prune_target(p_ring) t;
 
@@ -867,8 +875,11 @@ BEGIN
         END IF;
     END IF;
     -- A root child the leader detached for this prune goes back, emptied or
-    -- not (awa.prune_detach_target).
-    PERFORM awa.ring_reattach(p_ring);
+    -- not (awa.prune_detach_target); looked up before the locks, so a prune
+    -- with nothing detached spends no time on it under them.
+    IF v_detached THEN
+        PERFORM awa.ring_reattach(p_ring);
+    END IF;
     PERFORM awa.record_ring_outcome(p_ring, 'prune', v_outcome, v_target, NULL, v_held_ms);
     RETURN v_outcome;
 END
