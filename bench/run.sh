@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The peer benchmark in one command (see bench/README.md):
 #
-#   bash bench/run.sh            # full run: N=20,000, W3 20 s, W4 60 s -> bench/results/
+#   bash bench/run.sh            # full run: N=20,000, W3 30 s, W4 60 s -> bench/results/
 #   bash bench/run.sh --quick    # smoke test: N=500 -> bench/.work/quick-results/
 #
 # Creates/refreshes one virtualenv per system (setup.sh; a system that fails
