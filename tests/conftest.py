@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 import uuid
 from pathlib import Path
@@ -254,6 +255,22 @@ def database_url(name: str | None = None) -> str:
     port = f":{settings['PORT']}" if settings.get("PORT") else ""
     user = settings.get("USER") or "postgres"
     return f"postgres://{user}{password}@{host}{port}/{name or settings['NAME']}{query}"
+
+
+def python_output(script: str, env: dict[str, str]) -> list[str]:
+    """Run ``script`` (dedented) in a fresh interpreter with ``env``; the
+    lines it printed.  Fails the test, with the end of its stderr, when the
+    script does not exit 0."""
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result.stdout.strip().splitlines()
 
 
 def manage(

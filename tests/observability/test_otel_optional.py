@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
@@ -23,7 +22,7 @@ from django.test import override_settings
 from awa_django.observability import install
 from awa_django.observability.hooks import observers
 from awa_django.observability.otel import OtelObserver
-from tests.conftest import ROOT, database_url
+from tests.conftest import ROOT, database_url, python_output
 
 BLOCK_OPENTELEMETRY = """
 import importlib.abc, sys
@@ -69,16 +68,7 @@ def run_job_life(queue: str, *, prelude: str = "", awa: dict | None = None) -> d
         TEST_QUEUE=queue,
         AWA_SETTINGS_JSON=json.dumps(awa or {}),
     )
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(prelude) + textwrap.dedent(JOB_LIFE)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return json.loads(python_output(textwrap.dedent(prelude) + textwrap.dedent(JOB_LIFE), env)[-1])
 
 
 @pytest.mark.django_db(transaction=True)

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 
 import pytest
 from testapp import jobs
 
 from awa_django import ops
 from awa_django.runtime.process.worker import startup_heap_frozen
+from tests.conftest import ROOT, python_output
 
 # Asserts on time: one xdist process runs the "timing" modules in turn.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.xdist_group("timing")]
@@ -47,3 +49,41 @@ def test_a_worker_process_freezes_unless_told_not_to(queue, start_worker):
         frozen[freeze] = info.return_value
     # A started Django process holds far more than the interpreter's own.
     assert frozen[True] > frozen[False] + 10_000, frozen
+
+
+# Registered before the worker's block, so it runs after the worker's own
+# handler, as the interpreter's teardown does.
+AT_EXIT = """
+import atexit, gc, os, sys
+import django
+django.setup()
+atexit.register(lambda: print("at exit", gc.get_freeze_count()))
+from awa_django.runtime.process.worker import startup_heap_frozen
+before = atexit._ncallbacks()
+for _ in range(3):
+    with startup_heap_frozen(os.environ["FREEZE"] == "1"):
+        pass
+print("after the blocks", gc.get_freeze_count())
+print("handlers added", atexit._ncallbacks() - before)
+"""
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+def test_the_exit_freezes_the_heap_before_the_teardown(freeze):
+    """Python's teardown would walk the whole heap several times: a worker
+    process that froze it once freezes it again at exit (one handler,
+    however many workers the process ran)."""
+    env = dict(
+        os.environ,
+        FREEZE="1" if freeze else "0",
+        DJANGO_SETTINGS_MODULE="testproject.settings",
+        PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "testproject")]),
+    )
+    said = dict(line.rsplit(" ", 1) for line in python_output(AT_EXIT, env))
+    after, at_exit = int(said["after the blocks"]), int(said["at exit"])
+    if freeze:
+        # A set-up Django process holds tens of thousands of objects.
+        assert at_exit > after + 10_000, said
+    else:
+        assert at_exit == after, said
+    assert int(said["handlers added"]) == (1 if freeze else 0), said

@@ -6,9 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 from testapp import jobs
@@ -17,7 +14,7 @@ from awa_django import ops
 from awa_django.runtime.leadership.maintenance import Maintenance
 from awa_django.runtime.process import worker as worker_module
 from awa_django.runtime.process.worker import Worker
-from tests.conftest import ROOT, database_url, worker_config
+from tests.conftest import ROOT, database_url, python_output, worker_config
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -127,16 +124,7 @@ def test_a_worker_imports_no_optional_machinery_it_was_not_asked_for(queue, rese
 
 def modules_listed_by(script: str, env: dict[str, str]) -> list[str]:
     """Run ``script`` in a fresh interpreter; the module names it printed last."""
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return json.loads(python_output(script, env)[-1])
 
 
 def within(loaded: list[str], packages: tuple[str, ...]) -> list[str]:
