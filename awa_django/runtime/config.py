@@ -84,12 +84,17 @@ class QueuePolicy:
 
 @dataclass(frozen=True)
 class PeriodicConfig:
-    """A service that runs ``run_once()`` every ``interval`` seconds."""
+    """A service that runs ``run_once()`` every ``interval`` seconds, the
+    first time ``offset`` seconds after it starts (services that run at
+    start)."""
 
     interval: float
+    offset: float = 0.0
 
     def __post_init__(self) -> None:
         _positive("interval", self.interval)
+        if self.offset < 0:
+            raise ValueError(f"offset must be >= 0, got {self.offset!r}")
 
 
 @dataclass(frozen=True)

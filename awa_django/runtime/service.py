@@ -84,6 +84,9 @@ class PeriodicService(Generic[R]):
     run_at_start = False
     #: Seconds to wait after a failed tick (None: the usual interval).
     retry_interval: float | None = None
+    #: Start a tick every interval (True), or wait one interval after each
+    #: tick ends (False), so the service drifts by the length of its ticks.
+    fixed_rate = False
 
     def __init__(self, config: PeriodicConfig) -> None:
         self.config = config
@@ -132,13 +135,17 @@ class PeriodicService(Generic[R]):
         return self.last
 
     async def _loop(self) -> None:
-        if not self.run_at_start:
-            await asyncio.sleep(self.config.interval)
+        first = self.config.offset if self.run_at_start else self.config.interval
+        if first:
+            await asyncio.sleep(first)
         while True:
             failures = self.failures
+            began = time.monotonic()
             await self.tick()
             raise_if_cancelled()
             wait = self.config.interval
+            if self.fixed_rate:
+                wait = max(0.0, wait - (time.monotonic() - began))
             if self.failures > failures and self.retry_interval is not None:
                 wait = min(wait, self.retry_interval)
             await asyncio.sleep(wait)

@@ -240,3 +240,19 @@ def test_the_leaders_prunes_and_wide_readers_share_one_turn(reset_awa):
         "callback_rescue", "queue_samples",
     }  # fmt: skip
     assert len({id(turns) for turns in taking_turns.values()}) == 1
+
+
+def test_the_rings_tick_apart_on_fixed_schedules(reset_awa):
+    """Back to back, the three rings' prunes were one burst of server work a
+    second; each ring now starts its ticks at its own third of its interval."""
+    m = maintenance(QUEUE_ROTATE_INTERVAL=1.5, LEASE_ROTATE_INTERVAL=3.0, CLAIM_ROTATE_INTERVAL=0.9)
+    tasks = m._tasks(None)  # type: ignore[arg-type]  # built, not run
+    rings = {name: tasks[f"{name}_ring"] for name in ("queue", "claim", "lease")}
+    assert {name: task.config.interval for name, task in rings.items()} == {
+        "queue": 1.5, "claim": 0.9, "lease": 3.0,
+    }  # fmt: skip
+    assert {name: round(task.config.offset, 6) for name, task in rings.items()} == {
+        "queue": 0.0, "claim": 0.3, "lease": 2.0,
+    }  # fmt: skip
+    assert all(task.fixed_rate for task in rings.values())
+    assert not tasks["promote"].fixed_rate

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+
+import pytest
 
 from awa_django.runtime.config import PeriodicConfig
 from awa_django.runtime.service import PeriodicService
@@ -121,3 +124,69 @@ def test_a_failed_tick_is_retried_after_the_retry_interval():
         return service.failures, service.runs
 
     assert asyncio.run(scenario()) == (1, 1)
+
+
+class Timed(PeriodicService[int]):
+    """Each tick takes ``busy`` seconds of a fake clock; records the waits
+    the loop asks ``asyncio.sleep`` for (the fake returns at once)."""
+
+    name = "timed"
+    run_at_start = True
+
+    def __init__(self, config: PeriodicConfig, busy: float, clock: list[float]) -> None:
+        super().__init__(config)
+        self.busy = busy
+        self.clock = clock
+
+    async def run_once(self) -> int:
+        self.clock[0] += self.busy
+        return 1
+
+
+def waits_of(service_class: type[Timed], config: PeriodicConfig, monkeypatch) -> list[float]:
+    """The first four waits of a service whose ticks take 0.3 s of a fake clock."""
+    clock = [1000.0]
+    waits: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def fake_sleep(delay: float) -> None:
+        waits.append(round(delay, 6))
+        clock[0] += delay
+        if len(waits) >= 4:
+            raise asyncio.CancelledError
+        await real_sleep(0)
+
+    monkeypatch.setattr("awa_django.runtime.service.asyncio.sleep", fake_sleep)
+    monkeypatch.setattr("awa_django.runtime.service.time.monotonic", lambda: clock[0])
+
+    async def scenario() -> None:
+        service = service_class(config, 0.3, clock)
+        await service.start()
+        assert service._task is not None
+        with contextlib.suppress(asyncio.CancelledError):
+            await service._task
+
+    asyncio.run(scenario())
+    return waits
+
+
+class FixedRate(Timed):
+    fixed_rate = True
+
+
+def test_a_service_waits_one_interval_after_each_tick_ends(monkeypatch):
+    assert waits_of(Timed, PeriodicConfig(1.0), monkeypatch) == [1.0, 1.0, 1.0, 1.0]
+
+
+def test_a_fixed_rate_service_starts_a_tick_every_interval_after_its_offset(monkeypatch):
+    # The first wait is the offset; then each tick's 0.3 s come off the interval.
+    assert waits_of(FixedRate, PeriodicConfig(1.0, offset=0.5), monkeypatch) == [0.5, 0.7, 0.7, 0.7]
+
+
+def test_a_tick_longer_than_the_interval_is_followed_by_the_next_at_once(monkeypatch):
+    assert waits_of(FixedRate, PeriodicConfig(0.2), monkeypatch)[:3] == [0.0, 0.0, 0.0]
+
+
+def test_an_offset_is_never_negative():
+    with pytest.raises(ValueError, match="offset"):
+        PeriodicConfig(1.0, offset=-0.1)

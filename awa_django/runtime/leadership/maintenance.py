@@ -66,6 +66,7 @@ from .maintenance_tasks import (
     QueueSampler,
     Rescuer,
     RingTask,
+    ring_offsets,
 )
 from .promoter import Promoter
 
@@ -117,13 +118,14 @@ class Maintenance:
     def _tasks(self, run: AsyncRunner) -> dict[str, PeriodicService[Any]]:
         config, s = self.config, self.config.settings
         intervals = config.ring_intervals()
+        offsets = ring_offsets({ring: intervals[ring] for ring in store.RINGS})
         horizon = HorizonNotice()  # one per term: the rings warn once between them
         turns = PruneTurns()  # prunes and the wide readers take turns
         return {
             "promote": Promoter(PeriodicConfig(s.promote_interval), run),
             **{
                 f"{ring}_ring": RingTask(
-                    PeriodicConfig(intervals[ring]),
+                    PeriodicConfig(intervals[ring], offsets[ring]),
                     run,
                     ring,
                     s.failed_retention,

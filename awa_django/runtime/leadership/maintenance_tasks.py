@@ -91,9 +91,14 @@ class PruneTurns:
 
 class RingTask(PeriodicService[dict[str, str]]):
     """One tick of a ring: attempt one rotate, then one prune (with
-    ``AWA["PRUNE_DETACH"]``, the slot to prune is detached first)."""
+    ``AWA["PRUNE_DETACH"]``, the slot to prune is detached first).
+
+    Ticks start every interval, not an interval after the last one ended,
+    so rings given different offsets (:func:`ring_offsets`) stay apart.
+    """
 
     run_at_start = True
+    fixed_rate = True
 
     def __init__(
         self,
@@ -136,6 +141,21 @@ class RingTask(PeriodicService[dict[str, str]]):
         except psycopg.Error as error:
             # The prune goes ahead under its lock and attaches whatever is out.
             log.warning("%s ring: could not detach the slot to prune (%s)", self.ring, error)
+
+
+def ring_offsets(intervals: dict[str, float]) -> dict[str, float]:
+    """When each ring's first tick comes: spread over its interval, in the
+    order of ``intervals``.
+
+    A prune is a burst of work on the server (the queue ring's truncates
+    new files for every table, index and TOAST relation of its slot, tens
+    of milliseconds of CPU): back to back, the three rings' prunes made one
+    burst a second long enough to delay the claims and enqueues running
+    beside it on a small machine, and the pickup tail with them.  Apart,
+    each burst is a fraction of that.
+    """
+    count = len(intervals)
+    return {ring: interval * n / count for n, (ring, interval) in enumerate(intervals.items())}
 
 
 # Rescue reasons and the names of their tasks.
