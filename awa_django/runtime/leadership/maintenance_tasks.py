@@ -147,12 +147,12 @@ def ring_offsets(intervals: dict[str, float]) -> dict[str, float]:
     """When each ring's first tick comes: spread over its interval, in the
     order of ``intervals``.
 
-    A prune is a burst of work on the server (the queue ring's truncates
-    new files for every table, index and TOAST relation of its slot, tens
-    of milliseconds of CPU): back to back, the three rings' prunes made one
-    burst a second long enough to delay the claims and enqueues running
-    beside it on a small machine, and the pickup tail with them.  Apart,
-    each burst is a fraction of that.
+    A prune is a burst of work on the server (the queue ring's folds its
+    slot's counts and truncates its partitions, new files for every table,
+    index and TOAST relation: 20-30 ms): back to back, the three rings'
+    prunes made one burst a second long enough to delay the claims and
+    enqueues running beside it on a small machine, and the pickup tail with
+    them.  Apart, each burst is a fraction of that.
     """
     count = len(intervals)
     return {ring: interval * n / count for n, (ring, interval) in enumerate(intervals.items())}
