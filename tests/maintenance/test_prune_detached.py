@@ -23,9 +23,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -38,7 +37,7 @@ from awa_django.storage.enqueue import enqueue_many, enqueue_one
 from awa_django.storage.status import RING_TABLES
 from tests.factories import TEST_RUNTIME, JobFactory, closure_for
 
-from .test_prune_lock import _pruning, _until
+from .test_prune_lock import _pruning, _row_held, _until
 from .test_rings import _cycle_until_target
 
 #: They watch other sessions' backends by pid and detach on autocommit
@@ -110,21 +109,15 @@ def _live_work(store) -> dict[str, Operation]:
     }
 
 
-@contextmanager
-def _outcome_held(ring: str) -> Iterator[psycopg.Connection]:
+def _outcome_held(ring: str) -> contextlib.AbstractContextManager[psycopg.Connection]:
     """An uncommitted ``ring_status`` row for ``ring``'s prune: a prune that
     truncated waits on it with its locks held, until the yielded session
     rolls back."""
-    with psycopg.connect(conninfo()) as holder:
-        holder.execute(
-            "INSERT INTO awa.ring_status AS s (ring, action, outcome) VALUES (%s, 'prune', 'held')"
-            " ON CONFLICT (ring, action) DO UPDATE SET outcome = s.outcome",
-            [ring],
-        )
-        try:
-            yield holder
-        finally:
-            holder.rollback()
+    return _row_held(
+        "INSERT INTO awa.ring_status AS s (ring, action, outcome) VALUES (%s, 'prune', 'held')"
+        " ON CONFLICT (ring, action) DO UPDATE SET outcome = s.outcome",
+        [ring],
+    )
 
 
 def _exclusive_held(store, pid: int, relations: list[str]) -> set[str]:

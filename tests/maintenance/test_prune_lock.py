@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import psycopg
@@ -68,19 +68,25 @@ def _last_prune(store, ring: str) -> tuple[str, float | None]:
 
 
 @contextmanager
-def _fold_waits() -> Iterator[psycopg.Connection]:
+def _row_held(sql: str, params: list[object]) -> Iterator[psycopg.Connection]:
+    """The row ``sql`` writes, uncommitted on a session of its own: a prune
+    that writes the same row waits on it until the yielded session rolls
+    back."""
+    with psycopg.connect(conninfo()) as holder:
+        holder.execute(sql, params)
+        try:
+            yield holder
+        finally:
+            holder.rollback()
+
+
+def _fold_waits() -> AbstractContextManager[psycopg.Connection]:
     """An uncommitted rollup row of (QUEUE, completed): prune's fold waits on it
     until the yielded connection rolls back."""
-    with psycopg.connect(conninfo()) as locker:
-        locker.execute(
-            "INSERT INTO awa.queue_terminal_rollups (queue, state, count)"
-            " VALUES (%s, 'completed', 0)",
-            [QUEUE],
-        )
-        try:
-            yield locker
-        finally:
-            locker.rollback()
+    return _row_held(
+        "INSERT INTO awa.queue_terminal_rollups (queue, state, count) VALUES (%s, 'completed', 0)",
+        [QUEUE],
+    )
 
 
 @contextmanager

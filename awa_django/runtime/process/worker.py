@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import functools
 import gc
 import importlib
 import logging
@@ -487,9 +488,7 @@ def startup_heap_frozen(enabled: bool = True) -> Iterator[None]:
         gc.unfreeze()
 
 
-_exit_freeze_registered = False
-
-
+@functools.cache
 def freeze_at_exit() -> None:
     """Have the interpreter freeze the heap once the ``atexit`` handlers
     registered after this call have run, before its own teardown.
@@ -503,9 +502,6 @@ def freeze_at_exit() -> None:
     not run, which Python does not promise at exit anyway.  The handlers
     registered before this call (``logging``'s flush, telemetry exporters)
     run after the freeze and are not affected by it.  Registered once per
-    process: a test run starting many workers gets one handler.
+    process (cached): a test run starting many workers gets one handler.
     """
-    global _exit_freeze_registered
-    if not _exit_freeze_registered:
-        _exit_freeze_registered = True
-        atexit.register(gc.freeze)
+    atexit.register(gc.freeze)
