@@ -78,6 +78,47 @@ def test_prune_never_truncates_claimable_rows_or_open_receipts(store):
     assert store.counts("keep")["completed"] == 1
 
 
+def _filenodes(store, tables: list[str]) -> dict[str, int]:
+    return {
+        table: store.scalar("SELECT pg_relation_filenode(%s::regclass)", [f"awa.{table}"])
+        for table in tables
+    }
+
+
+def test_prune_truncates_only_the_children_that_have_pages(store):
+    """A slot's children without a page are left alone (a TRUNCATE of an empty
+    table still makes new files and invalidations); one holding only a dead
+    row is emptied like the rest."""
+    [job] = store.enqueue("pages")
+    store.close(store.claim("pages", 1))
+    slot = store.ready_slot(job)
+    with store.conn.transaction(force_rollback=True):  # a dead row, and its page
+        store.conn.execute(
+            f"INSERT INTO awa.done_entries_{slot} (ready_slot, ready_generation, job_id,"
+            " run_lease, state, queue, attempt) VALUES (%s, 0, 0, 0, 'failed', 'pages', 1)",
+            [slot],
+        )
+    children = [
+        f"{table}_{slot}"
+        for table in (
+            "ready_entries",
+            "ready_tombstones",
+            "done_entries",
+            "receipt_completion_batches",
+        )
+    ]
+    before = _filenodes(store, children)
+    _cycle_until_target(store, "queue", slot, "pages-churn")
+    assert store.prune("queue") == "pruned"
+
+    after = _filenodes(store, children)
+    kept = {table for table in children if after[table] == before[table]}
+    assert kept == {f"ready_tombstones_{slot}"}
+    for table in children:
+        assert store.scalar(f"SELECT pg_relation_size('awa.{table}')") == 0
+    assert store.counts("pages")["completed"] == 1
+
+
 def test_claim_ring_prune_needs_closure_for_every_receipt(store):
     store.enqueue("claims", 3)
     attempts = store.claim("claims", 3)
