@@ -24,11 +24,17 @@ def worker_connections(settings: AwaSettings) -> dict[str, int]:
     """Connections one ``awa_worker`` process with these settings (every
     declared queue, within ``MAX_CONNECTIONS_PER_PROCESS``) may open at
     once, by purpose -- the worker's own arithmetic
-    (:mod:`~awa_django.domain.connections`) -- without the maintenance pool,
-    which only the leader opens."""
+    (:mod:`~awa_django.domain.connections`) -- without what only the leader
+    opens (:func:`leader_connections`)."""
     counted = build_config(settings, "").connections.as_dict()
-    del counted["maintenance_pool"]
+    del counted["maintenance_pool"], counted["outbox_relay"]
     return counted
+
+
+def leader_connections(settings: AwaSettings) -> int:
+    """Connections the leading process opens besides its worker's: the
+    maintenance task pool and, in outbox mode, the outbox relay's."""
+    return build_config(settings, "").connections.leader_only
 
 
 def connections(
@@ -36,7 +42,8 @@ def connections(
 ) -> list[Finding]:
     """D008: the workers need more connections than the role may open."""
     per_process = worker_connections(settings)
-    needed = processes * sum(per_process.values()) + MAINTENANCE_POOL
+    leader = leader_connections(settings)
+    needed = processes * sum(per_process.values()) + leader
     caps = [budget["max_connections"]]
     if not budget["superuser"]:
         caps[0] -= budget["superuser_reserved_connections"] + budget["reserved_connections"]
@@ -54,6 +61,7 @@ def connections(
         "processes": processes,
         "per_process": per_process,
         "maintenance_pool": MAINTENANCE_POOL,
+        "outbox_relay": leader - MAINTENANCE_POOL,
         "needed": needed,
     }
     severity: Severity = "error" if needed > usable else "warning"
@@ -69,7 +77,8 @@ def connections(
             "(or a GLOBAL_MAX_WORKERS) for queues whose handlers are sync, fewer processes. "
             "Each process needs claimers + 4 pool connections, one per sync handler thread "
             "(capped by MAX_CONNECTIONS_PER_PROCESS), a LISTEN session and an election "
-            "session; the leader adds its task pool. Or put the workers behind a "
+            "session; the leader adds its task pool (and, in outbox mode, the outbox "
+            "relay's 3). Or put the workers behind a "
             "transaction-mode pooler: see the how-to 'Run behind a connection pooler'.",
         )
     ]

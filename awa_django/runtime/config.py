@@ -280,6 +280,7 @@ class WorkerConfig:
             permits=self.total_permits,
             listens=self.session is not None,
             maintenance=self.maintenance,
+            relays=self.settings.outbox_database is not None,
             limit=self.settings.max_connections_per_process,
         )
 

@@ -8,6 +8,7 @@ test can stop it between its two commits.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import threading
@@ -20,7 +21,11 @@ from testapp import jobs as testapp_jobs
 from testapp.models import Execution
 
 from awa_django import enqueue_many, ops
+from awa_django.conf import awa_settings
+from awa_django.domain.connections import OUTBOX_RELAY
 from awa_django.jobs import Unique
+from awa_django.runtime.config import PeriodicConfig, build_config
+from awa_django.runtime.leadership.maintenance_tasks import OutboxRelay
 from awa_django.runtime.relay import Relay, listen, relay_all
 from awa_django.storage import outbox as store
 from awa_django.storage.base import run
@@ -332,6 +337,48 @@ def test_the_maintenance_leader_relays(outbox_mode, queue_database, queue, start
     worker.terminate()
     assert worker.wait(30) == 0, worker.output()
     assert "Traceback" not in worker.output()
+
+
+def test_the_leaders_relay_opens_the_connections_the_budget_counts(outbox_mode, queue):
+    """MAX_CONNECTIONS_PER_PROCESS and the doctor's D008 count the leader's
+    outbox relay as OUTBOX_RELAY connections: that is what it opens."""
+    config = build_config(awa_settings(), conninfo(QUEUE))
+    assert config.connections.outbox_relay == OUTBOX_RELAY
+    databases = [connections[alias].settings_dict["NAME"] for alias in (DEFAULT_DB_ALIAS, QUEUE)]
+
+    def sessions(probe: psycopg.Connection) -> int:
+        return int(
+            probe.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = ANY (%s) "
+                "AND backend_type = 'client backend' AND pid <> pg_backend_pid()",
+                [databases],
+            ).fetchone()[0]
+        )
+
+    for alias in (DEFAULT_DB_ALIAS, QUEUE):
+        connections[alias].ensure_connection()  # this thread's, before counting
+    relay = OutboxRelay(PeriodicConfig(1.0))
+    with psycopg.connect(conninfo(DEFAULT_DB_ALIAS), autocommit=True) as probe:
+        before = sessions(probe)
+        asyncio.run(relay.start())
+        try:
+            # Once a job went through, the relay's thread holds both of its
+            # Django connections; its LISTEN session shows its query.
+            ref = testapp_jobs.noop.using(queue=queue).enqueue(1)
+            wait_for(lambda: _queue_jobs(queue) == [(ref.id, [1])], timeout=30)
+            wait_for(
+                lambda: (
+                    probe.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN awa_outbox'"
+                        " AND datname = current_database()"
+                    ).fetchone()[0]
+                    == 1
+                ),
+                timeout=30,
+            )
+            assert sessions(probe) - before == OUTBOX_RELAY
+        finally:
+            asyncio.run(relay.stop())
 
 
 def test_the_doctor_reports_a_relay_that_is_behind(outbox_mode, queue):

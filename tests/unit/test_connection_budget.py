@@ -7,7 +7,12 @@ import dataclasses
 import pytest
 
 from awa_django.conf import awa_settings
-from awa_django.domain.connections import MAINTENANCE_POOL, WORKER_POOL_SERVICES, footprint
+from awa_django.domain.connections import (
+    MAINTENANCE_POOL,
+    OUTBOX_RELAY,
+    WORKER_POOL_SERVICES,
+    footprint,
+)
 from awa_django.exceptions import InvalidJob
 from awa_django.runtime.config import build_config
 
@@ -20,8 +25,26 @@ def test_without_a_limit_each_permit_may_hold_a_handler_connection():
         "listener": 1,
         "election": 1,
         "maintenance_pool": MAINTENANCE_POOL,
+        "outbox_relay": 0,
     }
     assert found.total == 6 + 30 + 2 + MAINTENANCE_POOL
+
+
+def test_in_outbox_mode_the_leader_counts_the_relay_too():
+    found = footprint(claimers=2, permits=30, listens=True, maintenance=True, relays=True)
+    assert found.outbox_relay == OUTBOX_RELAY
+    assert found.leader_only == MAINTENANCE_POOL + OUTBOX_RELAY
+    assert found.total == 6 + 30 + 2 + MAINTENANCE_POOL + OUTBOX_RELAY
+    # A process that never leads never relays.
+    assert footprint(claimers=2, permits=30, listens=True, maintenance=False, relays=True) == (
+        footprint(claimers=2, permits=30, listens=True, maintenance=False)
+    )
+    # Under a limit the relay comes off the handlers' share, as the pool does.
+    leader = {"claimers": 2, "permits": 30, "listens": True, "maintenance": True, "relays": True}
+    capped = footprint(**leader, limit=20)
+    assert (capped.handler_threads, capped.total) == (20 - 6 - 2 - 8 - OUTBOX_RELAY, 20)
+    with pytest.raises(InvalidJob, match=r"needs 19 connections.*3 outbox relay"):
+        footprint(**leader, limit=19)
 
 
 def test_a_limit_caps_the_handler_connections_and_nothing_else():
