@@ -766,6 +766,25 @@ LANGUAGE sql STABLE AS $$
      ORDER BY c.relname
 $$;
 
+-- Whether every root child of the ring is in its parent, settled: what a
+-- prune asks before anything else (awa.ring_reattach then finds the ones
+-- that are not).  The ring's root children are <root>_0 .. <root>_{n-1}
+-- for its slot_count n (awa.ensure_ring_partitions never drops one and
+-- slot_count never shrinks), so they all are exactly when n of them are
+-- attached and not pending: an index lookup in pg_inherits, where
+-- awa.ring_detached matches every relation of the schema against a pattern
+-- (about 1 ms a prune, planned again after each prune's truncations).
+CREATE OR REPLACE FUNCTION awa.ring_attached(p_ring text) RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT count(*) FILTER (
+                       WHERE NOT COALESCE((to_jsonb(i) ->> 'inhdetachpending')::boolean, false))
+              FROM pg_catalog.pg_inherits i
+             WHERE i.inhparent = format('awa.%I', awa.ring_root(p_ring))::regclass)
+         = (SELECT c.slot_count FROM awa.ring_config c WHERE c.ring = p_ring);
+END
+$$;
+
 -- Attach every root child of the ring that is out of its parent: the one a
 -- prune detached, or one a leader left detached when it died between the
 -- detach and the prune (a detach cut short in its wait is finished first).
@@ -818,7 +837,7 @@ BEGIN
     IF NOT pg_try_advisory_xact_lock(awa.ring_lock_key(p_ring)) THEN
         RETURN 'skipped_busy';
     END IF;
-    v_detached := EXISTS (SELECT 1 FROM awa.ring_detached(p_ring));
+    v_detached := NOT awa.ring_attached(p_ring);
     SELECT * INTO v_cursor FROM awa.ring_cursor(p_ring);
     SELECT t.slot, t.sealed_at INTO v_target, v_sealed_at FROM awa.ring_prune_target(p_ring) t;
 
