@@ -46,6 +46,7 @@ from django.db import DatabaseError, transaction
 
 from ..conf import AwaSettings, awa_settings
 from ..domain.connections import MAINTENANCE_POOL as MAINTENANCE_POOL
+from ..domain.connections import OUTBOX_RELAY as OUTBOX_RELAY
 from ..domain.connections import WORKER_POOL_SERVICES as WORKER_POOL_SERVICES
 from ..exceptions import InvalidJob
 from ..storage import doctor as probes
@@ -56,7 +57,7 @@ from ..storage import substrate
 from ..storage.base import Operation, run
 from ..storage.connection import alias_for, conninfo, pooled
 from . import connectivity, fleet, server
-from .connectivity import NOTIFY_TIMEOUT, worker_connections
+from .connectivity import NOTIFY_TIMEOUT, leader_connections, worker_connections
 from .findings import DEFAULT_LIMITS, NOTIFY_UNREACHABLE, Finding, Limits, ordered, probe_failed
 from .findings import SEVERITIES as SEVERITIES
 from .findings import Severity as Severity
@@ -194,5 +195,6 @@ __all__ = [
     "Limits",
     "diagnose",
     "has_errors",
+    "leader_connections",
     "worker_connections",
 ]

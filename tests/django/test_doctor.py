@@ -39,10 +39,12 @@ from awa_django.checks import check_doctor
 from awa_django.conf import awa_settings
 from awa_django.doctor import (
     MAINTENANCE_POOL,
+    OUTBOX_RELAY,
     Finding,
     Limits,
     diagnose,
     has_errors,
+    leader_connections,
     worker_connections,
 )
 from awa_django.management.commands.awa_doctor import Command
@@ -407,6 +409,7 @@ def test_too_many_processes_for_max_connections_is_an_error():
     (found,) = coded(diagnose(processes=1000), "awa.D008")
     assert found.severity == "error"
     assert found.evidence["needed"] == 1000 * per_process + MAINTENANCE_POOL
+    assert found.evidence["outbox_relay"] == 0  # not in outbox mode
     assert found.evidence["needed"] > found.evidence["usable"]
     assert found.evidence["max_connections"] >= found.evidence["usable"]
     assert coded(diagnose(processes=1), "awa.D008") == []
@@ -427,6 +430,16 @@ def test_the_connection_budget_matches_what_a_worker_opens():
     assert capped.executor.slots is not None
     assert counted["handler_threads"] == capped.executor.slots.size
     assert sum(counted.values()) + MAINTENANCE_POOL == 20
+    # In outbox mode the leader relays as well: its three connections come
+    # off the handlers' share and count with the leader's pool.
+    with override_settings(AWA={"MAX_CONNECTIONS_PER_PROCESS": 20, "OUTBOX_DATABASE": "default"}):
+        relaying = Worker(build_config(awa_settings(), conninfo()))
+        counted = worker_connections(awa_settings())
+        leader = leader_connections(awa_settings())
+    assert leader == MAINTENANCE_POOL + OUTBOX_RELAY
+    assert relaying.executor.slots is not None
+    assert counted["handler_threads"] == relaying.executor.slots.size
+    assert sum(counted.values()) + leader == 20
 
 
 def test_heartbeat_staleness_under_three_intervals_is_a_warning():
