@@ -17,6 +17,7 @@ import psycopg
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
+from django.test.utils import CaptureQueriesContext
 from testapp import jobs as testapp_jobs
 from testapp.models import Execution
 
@@ -337,6 +338,29 @@ def test_the_maintenance_leader_relays(outbox_mode, queue_database, queue, start
     worker.terminate()
     assert worker.wait(30) == 0, worker.output()
     assert "Traceback" not in worker.output()
+
+
+def test_the_outbox_side_of_a_batch_does_not_wait_for_the_wal_flush(outbox_mode, queue):
+    """A lost record of a relayed batch only makes the relay read its
+    entries again (the fence turns them away), so mark_relayed turns
+    synchronous_commit off -- for its own transaction only."""
+    ref = testapp_jobs.noop.using(queue=queue).enqueue(1)
+
+    def synchronous_commit() -> str:
+        with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
+            cursor.execute("SELECT current_setting('synchronous_commit')")
+            return str(cursor.fetchone()[0])
+
+    with transaction.atomic(using=DEFAULT_DB_ALIAS):
+        entries = run(store.pending(10), DEFAULT_DB_ALIAS).entries
+        assert [entry.job_id for entry in entries] == [ref.id]
+        assert synchronous_commit() == "on"
+        with CaptureQueriesContext(connections[DEFAULT_DB_ALIAS]) as statements:
+            run(store.mark_relayed(entries), DEFAULT_DB_ALIAS)
+        assert len(statements) == 1  # no SET LOCAL round trip of its own
+        assert synchronous_commit() == "off"
+        assert run(store.pending(10), DEFAULT_DB_ALIAS).entries == []
+    assert synchronous_commit() == "on"
 
 
 def test_the_leaders_relay_opens_the_connections_the_budget_counts(outbox_mode, queue):
