@@ -236,7 +236,8 @@ class AwaSettings:
         _optional(_bounded(2)),
         "The most PostgreSQL connections one worker process holds at once: its pool (claim "
         "loops + 4), a LISTEN and an election session, the maintenance pool (8) when it may "
-        "lead, and what is left for its sync handlers' Django connections. Under the cap a "
+        "lead (and, in outbox mode, the outbox relay's 3), and what is left for its sync "
+        "handlers' Django connections. Under the cap a "
         "sync handler waits for a free connection (logged) instead of opening one, and its "
         "thread closes its connection when the handler returns. ``None``: one connection per "
         "sync handler thread, as many as the queues' ``max_workers``. See the poolers how-to.",

@@ -10,7 +10,7 @@ from typing import Any
 from psycopg.conninfo import conninfo_to_dict
 
 from ..conf import AwaSettings
-from ..domain.connections import MAINTENANCE_POOL
+from ..domain.connections import Footprint
 from ..runtime.config import build_config
 from ..storage import doctor as probes
 from .findings import Finding, Limits, Severity
@@ -26,24 +26,32 @@ def worker_connections(settings: AwaSettings) -> dict[str, int]:
     once, by purpose -- the worker's own arithmetic
     (:mod:`~awa_django.domain.connections`) -- without what only the leader
     opens (:func:`leader_connections`)."""
-    counted = build_config(settings, "").connections.as_dict()
-    del counted["maintenance_pool"], counted["outbox_relay"]
-    return counted
+    return _worker_share(_footprint(settings))
 
 
 def leader_connections(settings: AwaSettings) -> int:
     """Connections the leading process opens besides its worker's: the
     maintenance task pool and, in outbox mode, the outbox relay's."""
-    return build_config(settings, "").connections.leader_only
+    return _footprint(settings).leader_only
+
+
+def _footprint(settings: AwaSettings) -> Footprint:
+    return build_config(settings, "").connections
+
+
+def _worker_share(found: Footprint) -> dict[str, int]:
+    counted = found.as_dict()
+    del counted["maintenance_pool"], counted["outbox_relay"]
+    return counted
 
 
 def connections(
     budget: dict[str, Any], settings: AwaSettings, processes: int, limits: Limits
 ) -> list[Finding]:
     """D008: the workers need more connections than the role may open."""
-    per_process = worker_connections(settings)
-    leader = leader_connections(settings)
-    needed = processes * sum(per_process.values()) + leader
+    found = _footprint(settings)
+    per_process = _worker_share(found)
+    needed = processes * sum(per_process.values()) + found.leader_only
     caps = [budget["max_connections"]]
     if not budget["superuser"]:
         caps[0] -= budget["superuser_reserved_connections"] + budget["reserved_connections"]
@@ -60,8 +68,8 @@ def connections(
         "usable": usable,
         "processes": processes,
         "per_process": per_process,
-        "maintenance_pool": MAINTENANCE_POOL,
-        "outbox_relay": leader - MAINTENANCE_POOL,
+        "maintenance_pool": found.maintenance_pool,
+        "outbox_relay": found.outbox_relay,
         "needed": needed,
     }
     severity: Severity = "error" if needed > usable else "warning"
@@ -77,9 +85,10 @@ def connections(
             "(or a GLOBAL_MAX_WORKERS) for queues whose handlers are sync, fewer processes. "
             "Each process needs claimers + 4 pool connections, one per sync handler thread "
             "(capped by MAX_CONNECTIONS_PER_PROCESS), a LISTEN session and an election "
-            "session; the leader adds its task pool (and, in outbox mode, the outbox "
-            "relay's 3). Or put the workers behind a "
-            "transaction-mode pooler: see the how-to 'Run behind a connection pooler'.",
+            "session; the leader adds its task pool (and, in outbox mode, the outbox relay's "
+            "3, counted here in full though two of them go to the application's database). "
+            "Or put the workers behind a transaction-mode pooler: see the how-to 'Run behind "
+            "a connection pooler'.",
         )
     ]
 

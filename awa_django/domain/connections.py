@@ -14,8 +14,7 @@ total by capping the handler connections, the one part that grows with
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from ..exceptions import InvalidJob
 
@@ -42,7 +41,7 @@ class Footprint:
     #: Open only while the process leads.
     maintenance_pool: int
     #: Open only while the process leads, in outbox mode.
-    outbox_relay: int = 0
+    outbox_relay: int
 
     @property
     def total(self) -> int:
@@ -70,7 +69,7 @@ def footprint(
     permits: int,
     listens: bool,
     maintenance: bool,
-    relays: bool = False,
+    relays: bool,
     limit: int | None = None,
 ) -> Footprint:
     """The footprint of a process with ``claimers`` claim loops and
@@ -99,4 +98,4 @@ def footprint(
             + f") and at least one for them: raise it to {fixed.total + 1} or more, or run "
             "fewer claimers (or --no-maintenance)"
         )
-    return dataclasses.replace(fixed, handler_threads=room)
+    return replace(fixed, handler_threads=room)

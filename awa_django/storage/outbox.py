@@ -266,7 +266,7 @@ def find(job_id: int) -> Steps[JobInfo | bool | None]:
 def mark_relayed(entries: Sequence[Entry]) -> Steps[None]:
     """Record the entries as relayed (the outbox's side of a batch, in the
     transaction that read them; its commit does not wait for the WAL flush:
-    see the ``mark_relayed`` statement)."""
+    see ``mark_relayed`` in ``sql/queries/outbox.sql``)."""
     yield _statement(
         "mark_relayed",
         [int_array([entry.slot for entry in entries]), int_array([entry.seq for entry in entries])],

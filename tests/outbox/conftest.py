@@ -35,9 +35,14 @@ def outbox_settings(base: dict[str, Any], **extra: Any) -> dict[str, Any]:
     return {**base, "DATABASE": QUEUE, "OUTBOX_DATABASE": DEFAULT_DB_ALIAS, **extra}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="session", autouse=True)
 def queue_database(django_db_setup, django_db_blocker) -> Iterator[str]:
-    """The queue's database: created, migrated with the outbox's settings."""
+    """The queue's database: created, migrated with the outbox's settings.
+
+    Autouse: every test here is marked ``OUTBOX``, whose ``databases`` name
+    the ``queue`` alias this fixture declares, so a test that asks for no
+    fixture of its own (a settings check) must not be the first of its
+    xdist worker to run without it."""
     from django.conf import settings
 
     with django_db_blocker.unblock():

@@ -18,7 +18,7 @@ from awa_django.runtime.config import build_config
 
 
 def test_without_a_limit_each_permit_may_hold_a_handler_connection():
-    found = footprint(claimers=2, permits=30, listens=True, maintenance=True)
+    found = footprint(claimers=2, permits=30, listens=True, maintenance=True, relays=False)
     assert found.as_dict() == {
         "pool": 2 + WORKER_POOL_SERVICES,
         "handler_threads": 30,
@@ -37,7 +37,7 @@ def test_in_outbox_mode_the_leader_counts_the_relay_too():
     assert found.total == 6 + 30 + 2 + MAINTENANCE_POOL + OUTBOX_RELAY
     # A process that never leads never relays.
     assert footprint(claimers=2, permits=30, listens=True, maintenance=False, relays=True) == (
-        footprint(claimers=2, permits=30, listens=True, maintenance=False)
+        footprint(claimers=2, permits=30, listens=True, maintenance=False, relays=False)
     )
     # Under a limit the relay comes off the handlers' share, as the pool does.
     leader = {"claimers": 2, "permits": 30, "listens": True, "maintenance": True, "relays": True}
@@ -48,17 +48,23 @@ def test_in_outbox_mode_the_leader_counts_the_relay_too():
 
 
 def test_a_limit_caps_the_handler_connections_and_nothing_else():
-    capped = footprint(claimers=2, permits=30, listens=True, maintenance=True, limit=20)
+    capped = footprint(
+        claimers=2, permits=30, listens=True, maintenance=True, relays=False, limit=20
+    )
     assert (capped.pool, capped.handler_threads, capped.total) == (6, 20 - 6 - 2 - 8, 20)
-    roomy = footprint(claimers=2, permits=3, listens=True, maintenance=True, limit=100)
+    roomy = footprint(
+        claimers=2, permits=3, listens=True, maintenance=True, relays=False, limit=100
+    )
     assert roomy.handler_threads == 3  # never more than the permits
-    polling = footprint(claimers=1, permits=10, listens=False, maintenance=False, limit=8)
+    polling = footprint(
+        claimers=1, permits=10, listens=False, maintenance=False, relays=False, limit=8
+    )
     assert (polling.listener, polling.election, polling.handler_threads) == (0, 0, 3)
 
 
 def test_a_limit_that_leaves_no_handler_connection_is_refused_with_the_breakdown():
     with pytest.raises(InvalidJob, match=r"needs 16 connections besides its handlers") as found:
-        footprint(claimers=2, permits=30, listens=True, maintenance=True, limit=16)
+        footprint(claimers=2, permits=30, listens=True, maintenance=True, relays=False, limit=16)
     assert "raise it to 17" in str(found.value)
 
 

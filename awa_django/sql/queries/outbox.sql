@@ -52,6 +52,8 @@ SELECT e.job_id, e.kind, e.queue, e.priority, e.max_attempts, e.args, e.kwargs, 
 -- wait for the WAL flush (the queue database's commit of the jobs does):
 -- the statement turns synchronous_commit off for its transaction itself,
 -- once (a materialised CTE), instead of a SET LOCAL round trip before it.
+-- (With no entry the planner may skip the CTE: nothing is written then,
+-- and the relay never records an empty batch.)
 WITH relaxed AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true))
 INSERT INTO awa_outbox.relayed (slot, seq)
 SELECT e.slot, e.seq
