@@ -201,6 +201,10 @@ def _detach(ring: str) -> bool:
         return SyncRunner(conn)(maintenance.detach_for_prune(ring))
 
 
+def _attached(store, ring: str) -> bool:
+    return bool(store.scalar("SELECT awa.ring_attached(%s)", [ring]))
+
+
 def _detached(store, ring: str) -> list[str]:
     """The ring's root children out of their parent (or on their way out)."""
     return [
@@ -225,11 +229,28 @@ def test_nothing_is_detached_when_no_prune_would_truncate(store):
     store.close(store.claim(HOT, 1), "completed")
     assert _detach("queue") is True
     assert _detached(store, "queue") == [f"ready_segments_{slot}"]
+    assert _attached(store, "queue") is False  # what the prune asks first
     # Claims and enqueues meanwhile go through the parent without it.
     store.enqueue(HOT, 2)
     assert len(store.claim(HOT, 2)) == 2
     assert store.prune("queue") == "pruned"
     assert _detached(store, "queue") == []
+    assert _attached(store, "queue") is True
+
+
+def test_every_ring_is_attached_as_installed_and_as_grown(store):
+    """awa.ring_attached counts the root's settled children against the
+    ring's slot count: a ring that grew has as many more of both."""
+    for ring in SLOTS:
+        assert _attached(store, ring) is True
+    with psycopg.connect(conninfo()) as conn:  # rolled back: the rings stay as they are
+        for ring, slots in SLOTS.items():
+            conn.execute("SELECT awa.ensure_ring_partitions(%s, %s)", [ring, slots + 2])
+            assert conn.execute(
+                "SELECT slot_count FROM awa.ring_config WHERE ring = %s", [ring]
+            ).fetchone() == (slots + 2,)
+            assert conn.execute("SELECT awa.ring_attached(%s)", [ring]).fetchone() == (True,)
+        conn.rollback()
 
 
 def test_a_prune_attaches_what_a_dead_leader_left_detached(store):
